@@ -1,0 +1,241 @@
+"""Draft-length policies: each step the engine asks ``next_k()`` and then reports the outcome.
+
+A policy sees only what a real server would: the batch size and, after each step, the drafted
+and accepted counts of every active row. Policies are small stateful objects; build one by
+name with :func:`make_controller`.
+
+Interface (every policy):
+  - ``name``: the CLI name;
+  - ``next_k(batch_size) -> int``: the draft length for the coming step (0 = regular decoding);
+  - ``observe(drafted, accepted)``: one entry per active row of the step just run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from . import analytic
+
+K_MAX = 16  # default cap on the draft length for the adaptive policies
+
+
+def _all_accepted(drafted: list[int], accepted: list[int]) -> bool | None:
+    """True if every row that drafted accepted all of it; None if no row drafted."""
+    rows = [(d, a) for d, a in zip(drafted, accepted) if d > 0]
+    if not rows:
+        return None
+    return all(a >= d for d, a in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Fixed:
+    """The same draft length every step (k = 0 is regular decoding)."""
+
+    k: int
+    name: str = "fixed"
+
+    def next_k(self, batch_size: int) -> int:
+        return self.k
+
+    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class Heuristic:
+    """transformers' "heuristic" schedule: k += 2 if all draft tokens were accepted, else k - 1.
+
+    transformers (``num_assistant_tokens_schedule="heuristic"``) runs batch 1 only. Our batch
+    rule: a step counts as "all accepted" when *every* active row that drafted accepted all
+    its draft tokens; otherwise k = max(1, k - 1). A step in which no row drafted changes
+    nothing. transformers has no upper bound; we clamp to ``k_max``.
+    """
+
+    k: int
+    k_max: int = K_MAX
+    name: str = "heuristic"
+
+    def __post_init__(self):
+        self.k = min(max(1, self.k), self.k_max)
+
+    def next_k(self, batch_size: int) -> int:
+        return self.k
+
+    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+        all_accepted = _all_accepted(drafted, accepted)
+        if all_accepted is None:
+            return
+        self.k = min(self.k + 2, self.k_max) if all_accepted else max(1, self.k - 1)
+
+
+@dataclasses.dataclass
+class Bass:
+    """BASS dynamic draft length (Qian et al. 2024, arXiv 2404.15778, Algorithm 1).
+
+    A *transcription, unverified* (from a third-party reimplementation, see SPECDEC.md). After
+    each step with accepted counts x_1..x_b:
+      if max x == l_draft: l_draft = min(l_draft + l_incre, l_limit); s = 0
+      else:                l_draft = max(1, max x, l_draft - ceil(l_draft / l_mod) - s); s = 1
+    The paper's l_limit is 32; we clamp it to ``k_max`` too.
+    """
+
+    l_draft: int = 7
+    l_incre: int = 2
+    l_mod: int = 10
+    l_limit: int = 32
+    k_max: int = K_MAX
+    s: int = 0  # 1 after a step that fell short: the next shrink is one larger
+    name: str = "bass"
+
+    def __post_init__(self):
+        self.l_limit = min(self.l_limit, self.k_max)
+        self.l_draft = min(max(1, self.l_draft), self.l_limit)
+
+    def next_k(self, batch_size: int) -> int:
+        return self.l_draft
+
+    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+        if not accepted:
+            return
+        x_max = max(accepted)
+        if x_max >= self.l_draft:
+            self.l_draft = min(self.l_draft + self.l_incre, self.l_limit)
+            self.s = 0
+        else:
+            self.l_draft = max(1, x_max, self.l_draft - math.ceil(self.l_draft / self.l_mod) - self.s)
+            self.s = 1
+
+
+def parse_k_table(text: str) -> dict[int, int]:
+    """Parse "1:4,4:3,16:1,64:0" (batch size : draft length) into {1: 4, 4: 3, 16: 1, 64: 0}."""
+    from .models import SpecvizError
+
+    table: dict[int, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            b_text, k_text = item.split(":")
+            b, k = int(b_text), int(k_text)
+        except ValueError:
+            raise SpecvizError(f"bad k table entry {item!r}: expected BATCH:K, e.g. '1:4,4:3,16:1,64:0'") from None
+        if b < 1 or k < 0:
+            raise SpecvizError(f"bad k table entry {item!r}: batch size must be >= 1 and k >= 0")
+        if b in table:
+            raise SpecvizError(f"k table lists batch size {b} twice")
+        table[b] = k
+    if not table:
+        raise SpecvizError("empty k table: expected BATCH:K pairs, e.g. '1:4,4:3,16:1,64:0'")
+    return table
+
+
+@dataclasses.dataclass
+class Table:
+    """Batch size -> k, like vLLM's ``num_speculative_tokens_per_batch_size`` and Synergy's table.
+
+    Uses the entry of the largest listed batch size <= b; below the smallest listed batch
+    size, the smallest entry. Build from a string with :func:`parse_k_table`.
+    """
+
+    table: dict[int, int]
+    name: str = "table"
+
+    def next_k(self, batch_size: int) -> int:
+        keys = sorted(self.table)
+        chosen = max((key for key in keys if key <= batch_size), default=keys[0])
+        return self.table[chosen]
+
+    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class Analytic:
+    """The k maximising the analytic model's speedup at the current batch size and acceptance.
+
+    Acceptance estimate: each row's step is a run of Bernoulli trials, accepted successes then
+    (unless it accepted all) one failure, so alpha_hat = successes / trials is the per-position
+    acceptance the model assumes (accepted / drafted would be biased low: positions after the
+    first rejection are never tried). Both counts are exponentially weighted (``decay`` per
+    step), starting from ``prior_alpha`` worth ``prior_weight`` trials.
+    With ``costs`` (a fitted target/draft :class:`~specviz.analytic.Costs`) it maximises
+    :func:`~specviz.analytic.speedup_batch`; without, the batch-1 formula with cost ratio
+    ``cost_ratio`` and ``verify_ratio``. Once it picks k = 0 nothing more is observed, so the
+    estimate freezes; a batch-size change can still turn speculation back on.
+    """
+
+    costs: analytic.Costs | None = None
+    cost_ratio: float = 0.1  # c = T_draft / T_target, used only without ``costs``
+    verify_ratio: float = 1.0  # T_target(k+1) / T_target(1), used only without ``costs``
+    prior_alpha: float = 0.6
+    prior_weight: float = 4.0  # trials the prior counts for
+    decay: float = 0.9  # weight kept by past steps each step (memory ~ 1 / (1 - decay) steps)
+    k_max: int = K_MAX
+    name: str = "analytic"
+    successes: float = dataclasses.field(init=False)  # weighted accepted positions
+    trials: float = dataclasses.field(init=False)  # weighted tried positions
+
+    def __post_init__(self):
+        self.successes = self.prior_alpha * self.prior_weight
+        self.trials = self.prior_weight
+
+    @property
+    def alpha(self) -> float:
+        return self.successes / self.trials if self.trials > 0 else self.prior_alpha
+
+    def next_k(self, batch_size: int) -> int:
+        if self.costs is not None:
+            return analytic.optimal_k(batch_size, self.alpha, self.costs, self.k_max)
+        return analytic.optimal_k_batch1(self.alpha, self.cost_ratio, self.k_max, self.verify_ratio)
+
+    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+        rows = [(d, a) for d, a in zip(drafted, accepted) if d > 0]
+        if not rows:
+            return
+        successes = sum(a for _, a in rows)
+        trials = sum(a + (1 if a < d else 0) for d, a in rows)
+        self.successes = self.decay * self.successes + successes
+        self.trials = self.decay * self.trials + trials
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _table(k, table=None, **_):
+    from .models import SpecvizError
+
+    if table is None:
+        raise SpecvizError("controller 'table' needs a k table, e.g. '1:4,4:3,16:1,64:0'")
+    return Table(parse_k_table(table) if isinstance(table, str) else dict(table))
+
+
+def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, k_max=K_MAX, decay=0.9, **_):
+    return Analytic(costs=costs, cost_ratio=cost_ratio, verify_ratio=verify_ratio, prior_alpha=prior_alpha, k_max=k_max, decay=decay)
+
+
+# Each builder takes the starting / fixed k and ignores kwargs meant for other policies, so a
+# caller can pass one set of options (k_max, table, costs, ...) whatever the name.
+CONTROLLERS = {
+    "fixed": lambda k, **_: Fixed(k),
+    "heuristic": lambda k, k_max=K_MAX, **_: Heuristic(k, k_max=k_max),
+    "bass": lambda k, k_max=K_MAX, **_: Bass(l_draft=k, k_max=k_max),
+    "table": _table,
+    "analytic": _analytic,
+}
+
+
+def make_controller(name: str, k: int, **kwargs):
+    """Build a policy by CLI name; ``k`` is the starting / fixed draft length.
+
+    Extra options: ``k_max`` (heuristic, bass, analytic; default 16); ``table`` (table: a
+    string "1:4,4:3,16:1,64:0" or a dict); ``costs`` (analytic: an ``analytic.Costs``, else
+    ``cost_ratio`` and ``verify_ratio`` for the batch-1 formula), ``prior_alpha``, ``decay``.
+    bass starts at ``k`` (the paper starts at 7); analytic ignores ``k`` (it starts from the prior).
+    """
+    if name not in CONTROLLERS:
+        from .models import SpecvizError
+
+        raise SpecvizError(f"unknown controller {name!r}: choose one of {', '.join(sorted(CONTROLLERS))}")
+    return CONTROLLERS[name](k, **kwargs)

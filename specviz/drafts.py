@@ -1,0 +1,144 @@
+"""Draft proposers: a small interface, a draft model, and prompt-lookup n-grams.
+
+A proposer keeps whatever per-row state it needs and follows the engine's rows:
+  start(contexts)                      the prompts (token ids) of the batch
+  propose(contexts, k, params, u)      -> Proposal for every active row
+  commit(num_accepted, emitted)        roll back what was rejected, remember what was emitted
+  select_rows(rows)                    rows that finished leave the batch
+``contexts[i]`` is row i's full token list (prompt + generated so far).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .ragged import RaggedCache, left_pad
+from .sampling import SamplingParams, sample_tokens
+
+
+@dataclasses.dataclass
+class Proposal:
+    tokens: torch.Tensor  # [B, k] draft ids, -1 past num_drafted
+    num_drafted: torch.Tensor  # [B] n_b <= k
+    probs: torch.Tensor | None  # [B, k, V] processed q, or None for one-hot proposals / greedy
+
+
+class ModelDraft:
+    """A separate (smaller) causal LM sharing the target's tokenizer.
+
+    Cache invariant: the draft cache holds every context token except ``pending[i]``, the
+    tokens emitted since the draft last ran (1 normally; 2 when the row accepted all k drafts,
+    because the draft never fed its own k-th token).
+    """
+
+    kind = "model"
+
+    def __init__(self, loaded, vocab_size: int | None = None, compact_threshold: float = 0.25):
+        self.loaded = loaded
+        self.model = loaded.model
+        self.device = loaded.device
+        self.vocab_size = vocab_size  # the target's V: q is padded/cut to it
+        self.compact_threshold = compact_threshold
+        self.name = loaded.name
+
+    def start(self, contexts: list[list[int]]) -> None:
+        self.kv = RaggedCache(self.model, self.compact_threshold)
+        ids, valid = left_pad([c[:-1] for c in contexts], 0, self.device)
+        if ids.shape[1]:
+            self.kv.forward(ids, valid, last_only=True)
+        else:
+            self.kv.valid = torch.zeros(len(contexts), 0, dtype=torch.bool, device=self.device)
+            self.kv.lengths = torch.zeros(len(contexts), dtype=torch.long, device=self.device)
+        self.pending = [[c[-1]] for c in contexts]
+        self._fed = 0
+        self._proposed = 0
+
+    def _q(self, logits: torch.Tensor) -> torch.Tensor:
+        """[B, V_draft] -> [B, V_target] logits; tokens the draft lacks get -inf (never proposed)."""
+        V = self.vocab_size
+        if V is None or logits.shape[-1] == V:
+            return logits
+        if logits.shape[-1] > V:
+            return logits[:, :V]
+        pad = torch.full((logits.shape[0], V - logits.shape[-1]), float("-inf"), device=logits.device, dtype=logits.dtype)
+        return torch.cat([logits, pad], dim=-1)
+
+    @torch.inference_mode()
+    def propose(self, contexts, k: int, params: SamplingParams, u: torch.Tensor) -> Proposal:
+        B = len(self.pending)
+        tokens = torch.empty(B, k, dtype=torch.long, device=self.device)
+        probs = [] if not params.greedy else None
+        ids, valid = left_pad(self.pending, 0, self.device)
+        for j in range(k):
+            logits = self._q(self.kv.forward(ids, valid, last_only=True)[:, -1])  # [B, V]
+            tok, q = sample_tokens(logits, params, u[:, j])
+            tokens[:, j] = tok
+            if probs is not None:
+                probs.append(q)
+            if j + 1 < k:  # the k-th draft token is never fed here (see the class docstring)
+                ids, valid = tok.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool, device=self.device)
+        self._fed = max(k - 1, 0)
+        self._proposed = k
+        n = torch.full((B,), k, dtype=torch.long, device=self.device)
+        return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None)
+
+    def commit(self, num_accepted: list[int], emitted: list[list[int]]) -> None:
+        fed = self._fed
+        if fed:
+            acc = torch.tensor(num_accepted, device=self.device)
+            keep = torch.arange(fed, device=self.device).unsqueeze(0) < acc.unsqueeze(1)  # [B, fed]
+            self.kv.reject_tail(keep)
+        self.kv.maybe_compact()
+        if self._proposed == 0:  # nothing was fed this step (k = 0): the backlog grows
+            self.pending = [p + e for p, e in zip(self.pending, emitted)]
+        else:  # draft tokens accepted but never fed (only the k-th), then the final token
+            self.pending = [e[fed:] if a > fed else e[-1:] for a, e in zip(num_accepted, emitted)]
+        self._fed = self._proposed = 0
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.kv.select_rows(rows)
+        self.pending = [self.pending[i] for i in rows.tolist()]
+
+
+class NgramDraft:
+    """Prompt lookup (Saxena 2023; transformers' prompt_lookup_num_tokens): find the latest
+    earlier occurrence of the row's last n tokens (n = max_ngram..1) in its own context and
+    propose what followed it. No model cost; proposals are deterministic (q = one-hot)."""
+
+    kind = "ngram"
+    name = "ngram"
+
+    def __init__(self, max_ngram: int = 3, device="cpu"):
+        self.max_ngram = max_ngram
+        self.device = torch.device(device)
+
+    def start(self, contexts) -> None:
+        pass
+
+    def _lookup(self, ctx: list[int], k: int) -> list[int]:
+        L = len(ctx)
+        for n in range(min(self.max_ngram, L - 1), 0, -1):
+            tail = ctx[L - n:]
+            for s in range(L - n - 1, -1, -1):  # latest match first, excluding the tail itself
+                if ctx[s:s + n] == tail:
+                    return ctx[s + n:s + n + k]
+        return []
+
+    def propose(self, contexts, k: int, params: SamplingParams, u: torch.Tensor) -> Proposal:
+        B = len(contexts)
+        tokens = torch.full((B, k), -1, dtype=torch.long)
+        n = torch.zeros(B, dtype=torch.long)
+        for i, ctx in enumerate(contexts):
+            cont = self._lookup(ctx, k) if k else []
+            if cont:
+                tokens[i, :len(cont)] = torch.tensor(cont)
+                n[i] = len(cont)
+        return Proposal(tokens.to(self.device), n.to(self.device), None)
+
+    def commit(self, num_accepted, emitted) -> None:
+        pass
+
+    def select_rows(self, rows) -> None:
+        pass

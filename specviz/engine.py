@@ -1,0 +1,220 @@
+"""The batched speculative decoding loop over ragged rows: draft -> verify -> accept -> step.
+
+One step, for every active row b at once:
+  draft   the proposer proposes n_b <= k tokens (k from the draft-length policy)
+  verify  ONE batched target forward over k+1 slots per row: [last token, d_1..d_k]
+  accept  the acceptance rule (specviz.sampling) -> a_b accepted + 1 recovered/bonus token
+  step    rejected slots become holes in both caches, outputs grow by a_b + 1, finished rows
+          (EOS, max tokens) leave the batch
+Regular decoding is the same loop with k = 0, so every comparison is like for like.
+
+``SpecDecoder.steps()`` is a generator yielding one trace step record per step; timings are
+perf_counter around device-synchronised work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Iterator
+
+import torch
+
+from .ragged import RaggedCache, left_pad
+from .sampling import SamplingParams, accept_reference
+
+
+@dataclasses.dataclass
+class RowState:
+    index: int  # the row's index in the run (trace "index")
+    prompt: str
+    prompt_ids: list[int]  # exactly what the model saw
+    output: list[int] = dataclasses.field(default_factory=list)  # generated tokens only
+    finish_reason: str | None = None  # "eos" | "length" | "stopped"
+    gen: torch.Generator | None = None  # this row's own random stream
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+
+    @property
+    def context(self) -> list[int]:
+        return self.prompt_ids + self.output
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def eos_token_ids(loaded) -> set[int]:
+    ids = set()
+    for src in (loaded.tokenizer, getattr(loaded.model, "generation_config", None)):
+        e = getattr(src, "eos_token_id", None)
+        if isinstance(e, int):
+            ids.add(e)
+        elif e:
+            ids.update(int(x) for x in e)
+    return ids
+
+
+class SpecDecoder:
+    """Holds the state of one batched run; iterate ``steps()`` to drive it."""
+
+    def __init__(
+        self,
+        target,  # specviz.models.LoadedModel
+        proposer,  # a specviz.drafts proposer, or None for regular decoding
+        controller,  # draft-length policy (specviz.controllers)
+        prompts: list[str],
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        max_new_tokens: int,
+        seed: int = 0,
+        compact_threshold: float = 0.25,
+        accept_fn=accept_reference,
+    ):
+        self.target = target
+        self.proposer = proposer
+        self.controller = controller
+        self.params = params
+        self.max_new_tokens = max_new_tokens
+        self.device = target.device
+        self.eos = eos_token_ids(target)
+        self.accept_fn = accept_fn
+        self.compact_threshold = compact_threshold
+        self.rows = [
+            RowState(i, p, list(ids), gen=torch.Generator().manual_seed(seed * 1_000_003 + i))
+            for i, (p, ids) in enumerate(zip(prompts, prompt_ids))
+        ]
+        self.active: list[RowState] = []
+        self.prefill_s = 0.0
+        self.t0 = None
+        self._stop = False
+
+    # ---- control ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the loop to end after the current step; unfinished rows end as "stopped"."""
+        self._stop = True
+
+    def _prefill(self) -> None:
+        """Both caches take every prompt token but the last, which the first step feeds."""
+        t = time.perf_counter()
+        self.active = list(self.rows)
+        self.kv = RaggedCache(self.target.model, self.compact_threshold)
+        ids, valid = left_pad([r.prompt_ids[:-1] for r in self.rows], 0, self.device)
+        B = len(self.rows)
+        self.kv.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
+        self.kv.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
+        if ids.shape[1]:
+            self.kv.forward(ids, valid, last_only=True)
+        if self.proposer is not None:
+            self.proposer.start([r.context for r in self.rows])
+        _sync(self.device)
+        self.prefill_s = time.perf_counter() - t
+
+    def _uniforms(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-row streams: (draft [B, k], verify [B, k+1]) uniforms on the device."""
+        u = torch.stack([torch.rand(2 * k + 1, generator=r.gen) for r in self.active]).to(self.device)
+        return u[:, :k], u[:, k:]
+
+    # ---- the loop --------------------------------------------------------------------------
+    @torch.inference_mode()
+    def steps(self) -> Iterator[dict]:
+        self.t0 = time.perf_counter()
+        self._prefill()
+        step = 0
+        while self.active and not self._stop:
+            yield self._step(step)
+            step += 1
+        for r in self.active:
+            r.finish_reason = r.finish_reason or "stopped"
+        self.active = []
+
+    def _step(self, step: int) -> dict:
+        dev = self.device
+        t_start = time.perf_counter()
+        B = len(self.active)
+        k = self.controller.next_k(B) if self.proposer is not None else 0
+        u_draft, u_verify = self._uniforms(k)
+
+        # draft: n_b <= k proposals per row
+        if k > 0:
+            prop = self.proposer.propose([r.context for r in self.active], k, self.params, u_draft)
+            drafts, n, q = prop.tokens, prop.num_drafted, prop.probs
+        else:
+            drafts = torch.empty(B, 0, dtype=torch.long, device=dev)
+            n = torch.zeros(B, dtype=torch.long, device=dev)
+            q = None
+        _sync(dev)
+        t_draft_end = time.perf_counter()
+
+        # verify: one batched target forward over [last token, d_1..d_k] per row
+        last = torch.tensor([r.context[-1] for r in self.active], device=dev).unsqueeze(1)  # [B, 1]
+        ids = torch.cat([last, drafts.clamp(min=0)], dim=1)  # [B, k+1]
+        slots = torch.arange(k + 1, device=dev).unsqueeze(0)  # [1, k+1]
+        valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes
+        logits = self.kv.forward(ids, valid)  # [B, k+1, V]
+        _sync(dev)
+        t_verify_end = time.perf_counter()
+
+        # accept: the rule per row -> accepted count and emitted tokens (-1 padded)
+        verdict = self.accept_fn(logits, drafts, n, u_verify, self.params, q)
+        num_accepted = verdict.num_accepted.tolist()
+        emitted_all = verdict.emitted.tolist()
+        _sync(dev)
+        t_accept_end = time.perf_counter()
+
+        # step: roll back rejected slots, grow outputs, retire finished rows
+        acc = verdict.num_accepted.unsqueeze(1)  # [B, 1]
+        self.kv.reject_tail(slots <= acc)  # slot 0 (the last token) + accepted drafts stay
+        compacted = self.kv.maybe_compact()
+        emitted = [e[: a + 1] for e, a in zip(emitted_all, num_accepted)]
+        drafted = n.tolist()
+        if self.proposer is not None:
+            self.proposer.commit(num_accepted, emitted)
+        row_records = {}
+        keep = []
+        for i, (r, e, a, d) in enumerate(zip(self.active, emitted, num_accepted, drafted)):
+            room = self.max_new_tokens - len(r.output)
+            out = e[:room]
+            for j, t in enumerate(out):
+                if t in self.eos:
+                    out = out[: j + 1]
+                    r.finish_reason = "eos"
+                    break
+            r.output.extend(out)
+            if r.finish_reason is None and len(r.output) >= self.max_new_tokens:
+                r.finish_reason = "length"
+            r.drafted += d
+            r.accepted += a
+            r.steps += 1
+            row_records[r.index] = {"index": r.index, "active": True, "drafted": d, "accepted": a, "emitted": out}
+            if r.finish_reason is None:
+                keep.append(i)
+        self.controller.observe(drafted, num_accepted)
+        if len(keep) < B:
+            idx = torch.tensor(keep, dtype=torch.long, device=dev)
+            self.kv.select_rows(idx)
+            if self.proposer is not None:
+                self.proposer.select_rows(idx)
+            self.active = [self.active[i] for i in keep]
+        _sync(dev)
+        t_end = time.perf_counter()
+
+        rows = [row_records.get(r.index) or {"index": r.index, "active": False, "drafted": 0, "accepted": 0, "emitted": []}
+                for r in self.rows]
+        return {
+            "step": step,
+            "k": k,
+            "batch_size": B,
+            "t_start": t_start - self.t0,
+            "t_draft": t_draft_end - t_start,
+            "t_verify": t_verify_end - t_draft_end,
+            "t_accept": t_accept_end - t_verify_end,
+            "t_bookkeeping": t_end - t_accept_end,
+            "cache_slots": self.kv.slots,
+            "cache_holes": self.kv.holes,
+            "kv_bytes": self.kv.kv_bytes(),
+            "compacted": compacted,
+            "rows": rows,
+        }

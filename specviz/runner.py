@@ -1,0 +1,251 @@
+"""One run, end to end: validate the config, load the pair, encode prompts, drive the engine,
+and assemble the trace. Shared by the CLI, the app and the benchmarks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+from .controllers import make_controller
+from .drafts import ModelDraft, NgramDraft
+from .engine import SpecDecoder
+from .models import SpecvizError, check_tokenizers_agree, load_model, resolve_device, resolve_dtype
+from .sampling import SamplingParams
+from .trace import build_trace, sequence_record
+
+NON_MODEL_DRAFTS = ("ngram", "none")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    target: str = "default"
+    draft: str = "default"
+    prompts: list[str] = dataclasses.field(default_factory=list)
+    batch_size: int = 1
+    draft_length: int = 4
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    controller: str = "fixed"
+    mode: str = "speculative"
+    device: str = "auto"
+    dtype: str = "auto"
+    raw_prompt: bool = False
+    controller_args: dict = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Reject bad input with one clear sentence (checked before anything loads)."""
+        if self.batch_size < 1:
+            raise SpecvizError(f"batch size must be at least 1 (got {self.batch_size})")
+        if self.draft_length < 0:
+            raise SpecvizError(f"draft length must be 0 or more (got {self.draft_length})")
+        if self.max_new_tokens < 1:
+            raise SpecvizError(f"max new tokens must be at least 1 (got {self.max_new_tokens})")
+        if self.temperature < 0:
+            raise SpecvizError(f"temperature must be 0 (greedy) or positive (got {self.temperature})")
+        if not 0 < self.top_p <= 1:
+            raise SpecvizError(f"top-p must be in (0, 1] (got {self.top_p})")
+        if self.mode not in ("speculative", "regular"):
+            raise SpecvizError(f"mode must be speculative or regular (got {self.mode!r})")
+        if not self.prompts:
+            raise SpecvizError("no prompts given: pass --prompt TEXT or --prompts FILE")
+        empty = [i for i, p in enumerate(self.prompts) if not p.strip()]
+        if empty:
+            raise SpecvizError(f"prompt {empty[0] + 1} is empty: every prompt needs some text")
+        resolve_dtype(self.dtype, resolve_device(self.device))
+
+    @property
+    def params(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p)
+
+    def batch_prompts(self) -> list[str]:
+        """B prompts: cycled when B exceeds the number given."""
+        return [self.prompts[i % len(self.prompts)] for i in range(self.batch_size)]
+
+    def to_trace_config(self, target=None, proposer=None) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("prompts")
+        d.pop("controller_args")
+        if target is not None:
+            d["dtype"] = str(target.dtype).removeprefix("torch.")
+            d["device"] = str(target.device)
+            d["target_name"] = target.name
+        if proposer is not None:
+            d["draft_name"] = proposer.name
+        return d
+
+
+def read_prompts(path: str) -> list[str]:
+    """One prompt per line, or JSONL with a "prompt" key."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecvizError(f"prompts file not found: {path}")
+    prompts = []
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                raise SpecvizError(f"{path}:{n}: invalid JSON line") from None
+            if not isinstance(obj, dict) or "prompt" not in obj:
+                raise SpecvizError(f"{path}:{n}: JSONL lines need a \"prompt\" key")
+            prompts.append(str(obj["prompt"]))
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise SpecvizError(f"prompts file {path} has no prompts")
+    return prompts
+
+
+def encode_prompts(tokenizer, prompts: list[str], raw: bool = False) -> list[list[int]]:
+    """Token ids exactly as the model sees them: the chat template when the tokenizer has one."""
+    out = []
+    for p in prompts:
+        if not raw and getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            ids = tokenizer.encode(text, add_special_tokens=False)
+        else:
+            ids = tokenizer.encode(p)
+        if not ids:
+            raise SpecvizError(f"prompt {p!r} encodes to no tokens")
+        out.append(ids)
+    return out
+
+
+# ---- loading, cached per (spec, device, dtype) ------------------------------------------------
+
+_models: dict = {}
+_models_lock = threading.Lock()
+
+
+def get_model(spec: str, device: str = "auto", dtype: str = "auto"):
+    key = (spec, str(resolve_device(device)), str(resolve_dtype(dtype, resolve_device(device))))
+    with _models_lock:
+        if key not in _models:
+            _models[key] = load_model(spec, device, dtype)
+        return _models[key]
+
+
+def resolve_draft_spec(draft: str, target) -> str:
+    """`default` draft: the best cheap draft measured so far for the packaged target.
+
+    The target's own weights in bfloat16 when the target runs in float32 (acceptance ~0.97 at
+    about half the cost); when the target already runs in bf16 that copy costs as much as the
+    target, so prompt-lookup n-grams are used instead.
+    """
+    if draft != "default":
+        return draft
+    return "default@bf16" if target.dtype == torch.float32 else "ngram"
+
+
+def make_proposer(draft: str, target):
+    spec = resolve_draft_spec(draft, target)
+    if spec == "none":
+        return None
+    if spec == "ngram" or spec.startswith("ngram:"):
+        n = int(spec.partition(":")[2] or 3)
+        return NgramDraft(max_ngram=n, device=target.device)
+    if spec == "default@bf16":
+        loaded = get_model("default", str(target.device), "bfloat16")
+    else:
+        loaded = get_model(spec, str(target.device), str(target.dtype).removeprefix("torch."))
+    check_tokenizers_agree(target.tokenizer, loaded.tokenizer)
+    return ModelDraft(loaded, vocab_size=target.model.config.vocab_size)
+
+
+def load_pair(cfg: RunConfig):
+    target = get_model(cfg.target, cfg.device, cfg.dtype)
+    proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target)
+    return target, proposer
+
+
+def hardware_info(device: torch.device, dtype: torch.dtype) -> dict:
+    info = {"device": str(device), "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "platform": platform.platform()}
+    if device.type == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor()
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        info["device_name"] = name or "cpu"
+    try:
+        from .telemetry import cached_peaks  # optional: peak figures measured once per device
+
+        info.update(cached_peaks(device) or {})
+    except Exception:
+        pass
+    return info
+
+
+# ---- running ---------------------------------------------------------------------------------
+
+def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecoder:
+    prompts = cfg.batch_prompts()
+    ids = encode_prompts(target.tokenizer, prompts, cfg.raw_prompt)
+    k = cfg.draft_length if proposer is not None else 0
+    controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cfg.controller_args)
+    kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
+    return SpecDecoder(target, proposer, controller, prompts, ids, cfg.params, cfg.max_new_tokens, cfg.seed, **kwargs)
+
+
+def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn=None) -> Iterator[tuple[SpecDecoder, dict | None]]:
+    """Yield (decoder, step record) per step, then (decoder, None) with decoder.trace set."""
+    cfg.validate()
+    dec = make_decoder(cfg, target, proposer, accept_fn)
+    sampler = _start_telemetry(target.device) if telemetry else None
+    steps = []
+    t0 = time.perf_counter()
+    try:
+        for rec in dec.steps():
+            steps.append(rec)
+            yield dec, rec
+    finally:
+        wall = time.perf_counter() - t0
+        samples = sampler.stop() if sampler is not None else []
+        dec.trace = build_trace(
+            cfg.to_trace_config(target, proposer), hardware_info(target.device, target.dtype),
+            [sequence_record(r, target.tokenizer) for r in dec.rows], steps, samples, wall, dec.prefill_s)
+    yield dec, None
+
+
+def run(cfg: RunConfig, target=None, proposer=None, on_step: Callable | None = None, telemetry: bool = True,
+        accept_fn=None) -> dict:
+    """Run to completion and return the trace. Loads the pair if not given."""
+    cfg.validate()
+    if target is None:
+        target, proposer = load_pair(cfg)
+    dec = None
+    for dec, rec in iter_run(cfg, target, proposer, telemetry, accept_fn):
+        if rec is not None and on_step is not None:
+            on_step(dec, rec)
+    return dec.trace
+
+
+def _start_telemetry(device):
+    try:
+        from .telemetry import Sampler
+    except ImportError:
+        return None
+    try:
+        s = Sampler(device=device)
+        s.start()
+        return s
+    except Exception:
+        return None

@@ -1,0 +1,133 @@
+"""Logits processing and the speculative acceptance rule (torch reference).
+
+Vocabulary (SPECDEC.md): for each row the draft proposes ``n <= k`` tokens x_1..x_n.
+Position i is **accepted** with probability min(1, p_i(x_i) / q_i(x_i)) (Leviathan et al. 2022,
+arXiv 2211.17192; Chen et al. 2023, arXiv 2302.01318). At the first rejection a **recovered**
+token is drawn from norm(max(0, p_i - q_i)); if all n are accepted a **bonus** token is drawn
+from p_{n+1}. The **output** (emitted) tokens of a step are accepted + recovered/bonus, >= 1.
+
+p and q are the *processed* distributions (same temperature and top-p for both); a
+deterministic proposer (n-gram) has q = one-hot(x), passed as ``draft_probs=None``.
+Greedy (temperature 0) is the special case: accept iff x_i == argmax p_i.
+
+All randomness comes in as uniforms so the kernels in kernels/ can be checked against this
+reference draw for draw: ``uniforms[:, i]`` decides position i, ``uniforms[:, n]`` samples the
+final (recovered or bonus) token by inverse CDF.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(..., V) logits -> (..., V) float32 probabilities after temperature and top-p.
+
+    Exactly the temperature and top-p given; no hidden top-k. Top-p keeps the smallest set of
+    most likely tokens whose mass reaches top_p (at least one token).
+    """
+    assert not params.greedy, "greedy decoding uses argmax, not probabilities"
+    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of strictly more likely tokens
+        sorted_p = sorted_p.masked_fill(mass_before >= params.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Draw one token per row of (N, V) probs (need not be normalised) with uniforms u (N,).
+
+    Returns the smallest j with cdf[j] > u * total, so zero-probability tokens are never drawn.
+    """
+    cdf = probs.float().cumsum(dim=-1)  # (N, V)
+    target = (u.float() * cdf[:, -1]).unsqueeze(-1)  # (N, 1)
+    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # (N,)
+    # u * total can round up to total: fall back to the last token with positive mass.
+    last_nz = (probs > 0).int().cumsum(-1).argmax(-1)
+    return torch.minimum(idx, last_nz)
+
+
+@dataclasses.dataclass
+class Verdict:
+    """Result of the acceptance rule for a batch of rows."""
+
+    num_accepted: torch.Tensor  # [B] accepted draft tokens per row, 0..n_b
+    emitted: torch.Tensor  # [B, k+1] output tokens, padded with -1 after num_accepted+1
+
+
+def accept_reference(
+    target_logits: torch.Tensor,  # [B, k+1, V] target logits at each verified position
+    draft_tokens: torch.Tensor,  # [B, k] proposed ids (values past num_drafted are ignored)
+    num_drafted: torch.Tensor,  # [B] n_b <= k proposals per row
+    uniforms: torch.Tensor,  # [B, k+1] in [0, 1)
+    params: SamplingParams,
+    draft_probs: torch.Tensor | None = None,  # [B, k, V] processed q; None = one-hot proposals
+) -> Verdict:
+    B, k1, V = target_logits.shape
+    k = k1 - 1
+    device = target_logits.device
+    pos = torch.arange(k, device=device)  # [k]
+    in_draft = pos.unsqueeze(0) < num_drafted.unsqueeze(1)  # [B, k]
+    x = draft_tokens.clamp(min=0)  # [B, k]
+
+    if params.greedy:
+        best = target_logits.argmax(dim=-1)  # [B, k+1]
+        ok = (x == best[:, :k]) & in_draft  # [B, k]
+    else:
+        p = process_logits(target_logits, params)  # [B, k+1, V]
+        p_x = p[:, :k].gather(-1, x.unsqueeze(-1)).squeeze(-1)  # [B, k]
+        q_x = torch.ones_like(p_x) if draft_probs is None else draft_probs.gather(-1, x.unsqueeze(-1)).squeeze(-1).float()
+        # accept iff u < p/q, written as u*q < p to avoid dividing by q (q_x > 0: x was drawn from q)
+        ok = (uniforms[:, :k] * q_x < p_x) & in_draft
+
+    # accepted prefix length: index of the first failure, or n if none failed
+    num_accepted = (ok.int().cumprod(dim=-1)).sum(dim=-1)  # [B]
+    rows = torch.arange(B, device=device)
+
+    if params.greedy:
+        final = best[rows, num_accepted]  # argmax p at the first rejected / bonus position
+    else:
+        p_final = p[rows, num_accepted]  # [B, V]
+        rejected = num_accepted < num_drafted  # [B]
+        if rejected.any():
+            j = num_accepted.clamp(max=max(k - 1, 0))
+            if draft_probs is None:
+                q_final = torch.zeros_like(p_final).scatter_(-1, x[rows, j].unsqueeze(-1), 1.0)
+            else:
+                q_final = draft_probs[rows, j].float()
+            residual = (p_final - q_final).clamp(min=0.0)
+            # p == q everywhere leaves no residual mass; rejection then has probability 0 in
+            # exact arithmetic and only rounding got us here: fall back to p.
+            empty = residual.sum(-1, keepdim=True) <= 0
+            residual = torch.where(empty, p_final, residual)
+            p_final = torch.where(rejected.unsqueeze(-1), residual, p_final)
+        final = sample_inverse_cdf(p_final, uniforms[rows, num_drafted])
+
+    emitted = torch.full((B, k + 1), -1, dtype=torch.long, device=device)
+    keep = pos.unsqueeze(0) < num_accepted.unsqueeze(1)  # [B, k]
+    emitted[:, :k] = torch.where(keep, x, emitted[:, :k])
+    emitted[rows, num_accepted] = final
+    return Verdict(num_accepted=num_accepted, emitted=emitted)
+
+
+def sample_tokens(logits: torch.Tensor, params: SamplingParams, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Draw one token per row from (B, V) logits. Returns (tokens [B], probs [B, V] or None if greedy)."""
+    if params.greedy:
+        return logits.argmax(dim=-1), None
+    probs = process_logits(logits, params)
+    return sample_inverse_cdf(probs, u), probs
