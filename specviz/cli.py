@@ -77,7 +77,8 @@ def _fmt(v, spec=".3f"):
     return "-" if v is None else format(v, spec)
 
 
-def print_summary(trace: dict, out=sys.stdout) -> None:
+def print_summary(trace: dict, out=None) -> None:
+    out = out or sys.stdout
     s, c = trace["summary"], trace["config"]
     rows = [
         ("target", c.get("target_name", c["target"])), ("draft", c.get("draft_name", "-") if c["mode"] == "speculative" else "-"),

@@ -72,7 +72,7 @@ class RaggedCache:
         T = keep.shape[1]
         tail = self.valid[:, -T:]
         dropped = (tail & ~keep).sum(dim=1)
-        self.valid[:, -T:] = tail & keep
+        self.valid = torch.cat([self.valid[:, : self.slots - T], tail & keep], dim=1)
         self.lengths = self.lengths - dropped
         self._crop_trailing()
 

@@ -1,0 +1,93 @@
+"""The CLI contract: run writes a trace; user mistakes are one clear line and exit status 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specviz.cli import main
+from specviz.trace import load_json
+
+BAD = [
+    (["--target", "no-such-org/no-such-model"], "could not load model"),
+    (["--target", "/definitely/missing/dir"], "unknown model"),
+    (["--draft", "/definitely/missing/model.gguf"], "model file not found"),
+    (["--batch-size", "0"], "batch size must be at least 1"),
+    (["--batch-size", "-3"], "batch size must be at least 1"),
+    (["--draft-length", "-1"], "draft length must be 0 or more"),
+    (["--max-new-tokens", "0"], "max new tokens must be at least 1"),
+    (["--temperature", "-0.5"], "temperature must be 0"),
+    (["--top-p", "0"], "top-p must be in (0, 1]"),
+    (["--top-p", "1.01"], "top-p must be in (0, 1]"),
+    (["--device", "cuda"], "CUDA is not available"),
+    (["--controller", "nope"], "unknown controller"),
+]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.mark.parametrize("args,message", BAD)
+def test_bad_input_is_one_clear_line(args, message, capsys):
+    import torch
+
+    if "cuda" in args and torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    code = main(["run", "--prompt", "hello", "--max-new-tokens", "2", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("specviz: error: ") and message in err[-1]
+    assert not any("Traceback" in line for line in err)
+
+
+def test_empty_prompts(tmp_path, capsys):
+    assert main(["run"]) == 2
+    assert "no prompts given" in capsys.readouterr().err
+    assert main(["run", "--prompt", "  "]) == 2
+    assert "prompt 1 is empty" in capsys.readouterr().err
+    empty = tmp_path / "p.txt"
+    empty.write_text("\n\n")
+    assert main(["run", "--prompts", str(empty)]) == 2
+    assert "has no prompts" in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_a_model(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("hello")
+    assert main(["run", "--prompt", "x", "--target", str(f)]) == 2
+    assert "is not a model" in capsys.readouterr().err
+    g = tmp_path / "fake.gguf"
+    g.write_bytes(b"not a gguf")
+    assert main(["run", "--prompt", "x", "--target", str(g)]) == 2
+    assert "specviz: error:" in capsys.readouterr().err
+
+
+def test_run_writes_a_valid_trace(tmp_path, capsys):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Count: 1 2 3 1 2 3 1 2"}\n{"prompt": "Say hi."}\n')
+    out = tmp_path / "trace.json"
+    code = main(["run", "--prompts", str(prompts), "--batch-size", "3", "--draft", "ngram", "--draft-length", "3",
+                 "--max-new-tokens", "12", "--dtype", "float32", "--device", "cpu", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "acceptance rate" in printed and "tokens/s" in printed
+    trace = load_json(out)
+    assert trace["config"]["batch_size"] == 3 and trace["config"]["draft_length"] == 3
+    seqs = trace["sequences"]
+    assert [s["prompt"] for s in seqs] == ["Count: 1 2 3 1 2 3 1 2", "Say hi.", "Count: 1 2 3 1 2 3 1 2"]  # cycled
+    assert seqs[0]["output_token_ids"] == seqs[2]["output_token_ids"]  # greedy: same prompt, same output
+    for s in seqs:
+        assert 1 <= len(s["output_token_ids"]) <= 12 and s["finish_reason"] in ("eos", "length")
+        emitted = [t for st in trace["steps"] for r in st["rows"] if r["index"] == s["index"] for t in r["emitted"]]
+        assert emitted == s["output_token_ids"]
+    assert trace["summary"]["tokens"] == sum(len(s["output_token_ids"]) for s in seqs)
+
+
+def test_module_entry_point_has_no_traceback_on_bad_input():
+    p = subprocess.run([sys.executable, "-m", "specviz", "run", "--prompt", "x", "--batch-size", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip() == "specviz: error: batch size must be at least 1 (got 0)"

@@ -1,0 +1,77 @@
+"""The packaged default model end to end: loading, greedy exactness on ragged batches (fp32)."""
+
+import time
+
+import pytest
+
+from specviz.correctness import check_exactness, greedy_outputs
+from specviz.drafts import ModelDraft, NgramDraft
+from specviz.models import SpecvizError, check_tokenizers_agree
+from specviz.runner import encode_prompts, get_model
+
+PROMPTS = [
+    "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
+    "What is the capital of France?",
+    "List the first ten even numbers, separated by commas.",
+    "Write a Python function that returns the square of a number.",
+]
+MAX_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def target():
+    return get_model("default", "cpu", "float32")
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(target):
+    ids = encode_prompts(target.tokenizer, PROMPTS)
+    assert len({len(p) for p in ids}) == len(ids)  # ragged
+    return ids
+
+
+@pytest.fixture(scope="module")
+def references(target, prompt_ids):
+    return [greedy_outputs(target, None, [p], 0, MAX_NEW)[0] for p in prompt_ids]
+
+
+def test_default_loads_fast_after_conversion():
+    from specviz.models import load_model
+
+    get_model("default", "cpu", "float32")  # converts once if needed
+    t = time.perf_counter()
+    m = load_model("default", "cpu", "float32")
+    assert time.perf_counter() - t < 3.0  # ~0.3 s idle; generous for a loaded 2-core CI box
+    assert m.num_params > 100e6 and m.tokenizer.chat_template
+
+
+def assert_exact_or_near_tie(checks):
+    for c in checks:
+        # a divergence is only acceptable at a near-tie of the reference's logits
+        assert c.exact or c.margin < 1e-3, f"row {c.index} diverges at {c.first_divergence}, margin {c.margin}"
+    assert sum(c.exact for c in checks) >= len(checks) - 1
+
+
+@pytest.mark.parametrize("batch_size,k", [(1, 1), (3, 4), (8, 8)])
+def test_ngram_greedy_equals_batch_one_greedy(target, prompt_ids, references, batch_size, k):
+    assert_exact_or_near_tie(check_exactness(target, NgramDraft(), prompt_ids, batch_size, k, MAX_NEW, references))
+
+
+def test_bf16_draft_greedy_equals_batch_one_greedy(target, prompt_ids, references):
+    draft = ModelDraft(get_model("default", "cpu", "bfloat16"), vocab_size=target.model.config.vocab_size)
+    assert_exact_or_near_tie(check_exactness(target, draft, prompt_ids, 3, 3, MAX_NEW, references))
+
+
+def test_incompatible_tokenizers_are_refused(target):
+    from transformers import AutoTokenizer
+
+    other = AutoTokenizer.from_pretrained(target.name if "/" in target.name else str(_default_dir()))
+    other.add_tokens(["<specviz-extra>"])
+    with pytest.raises(SpecvizError, match="incompatible"):
+        check_tokenizers_agree(target.tokenizer, other)
+
+
+def _default_dir():
+    from specviz.models import DEFAULT_NAME, cache_dir
+
+    return cache_dir() / DEFAULT_NAME

@@ -1,0 +1,151 @@
+"""Ragged bookkeeping as named claims, on tiny models the tests build (fp32, CPU)."""
+
+import pytest
+import torch
+
+from specviz.drafts import ModelDraft, NgramDraft
+from specviz.sampling import SamplingParams
+
+from fakes import ScriptedDraft, decode, perturbed_copy, ragged_prompts, reference_greedy, tiny_llama
+
+V = 64
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(V)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return ragged_prompts(4, V)
+
+
+@pytest.fixture(scope="module")
+def reference(target, prompts):
+    return reference_greedy(target, prompts, max_new=20)
+
+
+def row_steps(steps, index):
+    return [r for s in steps for r in s["rows"] if r["index"] == index and r["active"]]
+
+
+def test_regular_batched_equals_batch_one(target, prompts, reference):
+    dec, steps = decode(target, prompts, None, 0, 20)
+    assert [r.output for r in dec.rows] == reference
+    assert all(s["k"] == 0 for s in steps)
+
+
+def test_row_that_accepts_everything_and_row_that_rejects_everything(target, prompts, reference):
+    behaviour = ["all", "none", "half", "all"]
+    draft = ScriptedDraft(prompts, reference, behaviour, V)
+    dec, steps = decode(target, prompts, draft, 4, 20)
+    assert [r.output for r in dec.rows] == reference
+    # "all": every step accepts its full draft (bar the last, cut by max_new_tokens)
+    for r in row_steps(steps, 0)[:-1]:
+        assert r["accepted"] == r["drafted"] == 4 and len(r["emitted"]) == 5
+    # "none": nothing accepted, exactly one (recovered) token per step
+    for r in row_steps(steps, 1):
+        assert r["accepted"] == 0 and len(r["emitted"]) == 1
+    for r in row_steps(steps, 2)[:-1]:
+        assert r["accepted"] == 2
+    assert len(row_steps(steps, 1)) == 20 and len(row_steps(steps, 0)) == 4
+
+
+def test_row_finishing_mid_batch_leaves_the_others_exact(target, prompts, reference):
+    # EOS = a token row 2 emits early and the other rows never emit
+    others = set(t for i, o in enumerate(reference) if i != 2 for t in o)
+    pos, eos = next((j, t) for j, t in enumerate(reference[2]) if t not in others and j >= 2)
+    ref = reference_greedy(target, prompts, max_new=20, eos=eos)
+    assert ref[2] == reference[2][: pos + 1]
+    draft = ScriptedDraft(prompts, reference, ["half"] * 4, V)
+    dec, steps = decode(target, prompts, draft, 3, 20, eos=eos)
+    assert [r.output for r in dec.rows] == ref
+    assert dec.rows[2].finish_reason == "eos" and dec.rows[0].finish_reason == "length"
+    finished_at = max(s["step"] for s in steps for r in s["rows"] if r["index"] == 2 and r["active"])
+    later = [s for s in steps if s["step"] > finished_at]
+    assert later and all(not s["rows"][2]["active"] for s in later)
+    assert all(s["batch_size"] == 3 for s in later)
+
+
+def test_batch_where_only_one_row_is_left(target, prompts, reference):
+    # row 0 accepts everything and finishes first; the rest reject, and at the end one row is left
+    draft = ScriptedDraft(prompts, reference, ["all", "all", "all", "none"], V)
+    dec, steps = decode(target, prompts, draft, 4, 20)
+    assert [r.output for r in dec.rows] == reference
+    assert steps[-1]["batch_size"] == 1 and sum(r["active"] for r in steps[-1]["rows"]) == 1
+
+
+def test_model_draft_greedy_equals_regular(target, prompts, reference):
+    draft = ModelDraft(perturbed_copy(target, noise=0.3), vocab_size=V)
+    for k in (1, 3, 6):
+        dec, steps = decode(target, prompts, draft, k, 20)
+        assert [r.output for r in dec.rows] == reference, f"k={k}"
+        acc = sum(r["accepted"] for s in steps for r in s["rows"])
+        drafted = sum(r["drafted"] for s in steps for r in s["rows"])
+        assert 0 < acc < drafted  # a draft that is neither always right nor always wrong
+
+
+def test_ngram_draft_greedy_equals_regular(target):
+    # repetitive prompts so prompt lookup finds matches
+    prompts = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 10, 11, 9, 10, 11, 9], [1, 2, 3]]
+    ref = reference_greedy(target, prompts, max_new=24)
+    for k in (1, 4, 8):
+        dec, steps = decode(target, prompts, NgramDraft(), k, 24)
+        assert [r.output for r in dec.rows] == ref, f"k={k}"
+
+
+def test_memory_stays_bounded_over_long_generation(target):
+    # 1,000 tokens at B = 8 with a draft that is wrong often: rejected slots must not pile up
+    prompts = ragged_prompts(8, V, seed=3)
+    draft = ModelDraft(perturbed_copy(target, noise=0.8), vocab_size=V)
+    dec, steps = decode(target, prompts, draft, 4, 1000)
+    longest = max(len(p) for p in prompts) + 1000
+    regular, _ = decode(target, prompts, None, 0, 1000)  # batched regular = batch-1 (first test)
+    assert [r.output for r in dec.rows] == [r.output for r in regular.rows]
+    holes = sum(s["cache_holes"] for s in steps) / sum(s["cache_slots"] * s["batch_size"] for s in steps)
+    assert max(s["cache_slots"] for s in steps) <= longest / (1 - 0.25) + 5
+    assert holes < 0.3
+    assert sum(s["compacted"] for s in steps) > 0
+    assert draft.kv.slots <= longest / (1 - 0.25) + 5
+
+
+def test_sampling_run_is_reproducible_and_rows_are_independent(target, prompts):
+    params = SamplingParams(temperature=1.0, top_p=0.9)
+    draft = ModelDraft(perturbed_copy(target, noise=0.3), vocab_size=V)
+    a, _ = decode(target, prompts, draft, 3, 12, params=params, seed=7)
+    b, _ = decode(target, prompts, draft, 3, 12, params=params, seed=7)
+    c, _ = decode(target, prompts, draft, 3, 12, params=params, seed=8)
+    assert [r.output for r in a.rows] == [r.output for r in b.rows]
+    assert [r.output for r in a.rows] != [r.output for r in c.rows]
+    assert len({tuple(r.output) for r in a.rows}) > 1
+
+
+def test_stop_ends_rows_as_stopped_and_keeps_output(target, prompts):
+    from fakes import Fixed, SpecDecoder
+
+    dec = SpecDecoder(target, None, Fixed(0), ["p"] * 4, prompts, SamplingParams(), 50)
+    gen = dec.steps()
+    for _ in range(3):
+        next(gen)
+    dec.stop()
+    rest = list(gen)
+    assert rest == []
+    assert all(r.finish_reason == "stopped" and len(r.output) == 3 for r in dec.rows)
+
+
+def test_compaction_preserves_logits(target, prompts):
+    from specviz.ragged import RaggedCache, left_pad
+
+    kv_a, kv_b = RaggedCache(target.model), RaggedCache(target.model)
+    ids, valid = left_pad(prompts, 0, "cpu")
+    step = torch.randint(1, V, (4, 3))
+    for kv in (kv_a, kv_b):
+        kv.forward(ids, valid)
+        kv.forward(step, torch.ones(4, 3, dtype=torch.bool))
+        kv.reject_tail(torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0]], dtype=torch.bool))
+    kv_b.compact()
+    assert kv_b.slots < kv_a.slots and kv_b.holes < kv_a.holes
+    nxt = torch.randint(1, V, (4, 2))
+    one = torch.ones(4, 2, dtype=torch.bool)
+    torch.testing.assert_close(kv_a.forward(nxt, one), kv_b.forward(nxt, one), rtol=1e-5, atol=1e-5)
