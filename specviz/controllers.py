@@ -201,6 +201,35 @@ class Analytic:
 
 
 # ---------------------------------------------------------------------------------------------
+# Builders take the starting / fixed k and ignore options meant for other policies, so a caller
+# can pass one set (k_max, table, costs, ...) whatever the name. Numbers may arrive as strings
+# (``--controller-arg k_max=8``): each builder converts its own.
+
+
+def _number(kind, key: str, value):
+    from .models import SpecvizError
+
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise SpecvizError(f"controller option {key}={value!r} is not a valid {kind.__name__}") from None
+
+
+def _k_max(value) -> int:
+    from .models import SpecvizError
+
+    k_max = _number(int, "k_max", value)
+    if k_max < 1:
+        raise SpecvizError(f"controller option k_max must be >= 1, got {k_max}")
+    return k_max
+
+
+def _heuristic(k, k_max=K_MAX, **_):
+    return Heuristic(int(k), k_max=_k_max(k_max))
+
+
+def _bass(k, k_max=K_MAX, **_):
+    return Bass(l_draft=int(k), k_max=_k_max(k_max))
 
 
 def _table(k, table=None, **_):
@@ -211,16 +240,28 @@ def _table(k, table=None, **_):
     return Table(parse_k_table(table) if isinstance(table, str) else dict(table))
 
 
-def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, k_max=K_MAX, decay=0.9, **_):
-    return Analytic(costs=costs, cost_ratio=cost_ratio, verify_ratio=verify_ratio, prior_alpha=prior_alpha, k_max=k_max, decay=decay)
+def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, decay=0.9, k_max=K_MAX, **_):
+    from .models import SpecvizError
+
+    if costs is not None and not isinstance(costs, analytic.Costs):
+        raise SpecvizError("controller option costs must be an analytic.Costs (fit it with analytic.fit_cost_model)")
+    policy = Analytic(
+        costs=costs,
+        cost_ratio=_number(float, "cost_ratio", cost_ratio),
+        verify_ratio=_number(float, "verify_ratio", verify_ratio),
+        prior_alpha=_number(float, "prior_alpha", prior_alpha),
+        decay=_number(float, "decay", decay),
+        k_max=_k_max(k_max),
+    )
+    if not (0.0 <= policy.prior_alpha <= 1.0 and 0.0 <= policy.decay <= 1.0):
+        raise SpecvizError("controller options prior_alpha and decay must be in [0, 1]")
+    return policy
 
 
-# Each builder takes the starting / fixed k and ignores kwargs meant for other policies, so a
-# caller can pass one set of options (k_max, table, costs, ...) whatever the name.
 CONTROLLERS = {
     "fixed": lambda k, **_: Fixed(k),
-    "heuristic": lambda k, k_max=K_MAX, **_: Heuristic(k, k_max=k_max),
-    "bass": lambda k, k_max=K_MAX, **_: Bass(l_draft=k, k_max=k_max),
+    "heuristic": _heuristic,
+    "bass": _bass,
     "table": _table,
     "analytic": _analytic,
 }

@@ -188,7 +188,7 @@ def hardware_info(device: torch.device, dtype: torch.dtype) -> dict:
     try:
         from .telemetry import cached_peaks  # optional: peak figures measured once per device
 
-        info.update(cached_peaks(device) or {})
+        info.update(cached_peaks(device, dtype) or {})
     except Exception:
         pass
     return info
@@ -218,7 +218,12 @@ def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn
             yield dec, rec
     finally:
         wall = time.perf_counter() - t0
-        samples = sampler.stop() if sampler is not None else []
+        samples = []
+        if sampler is not None:
+            sampler.stop()
+            if dec.t0 is not None:
+                sampler.rebase(dec.t0)  # sample times on the same clock as step t_start
+            samples = sampler.samples
         dec.trace = build_trace(
             cfg.to_trace_config(target, proposer), hardware_info(target.device, target.dtype),
             [sequence_record(r, target.tokenizer) for r in dec.rows], steps, samples, wall, dec.prefill_s)
