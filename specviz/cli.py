@@ -178,6 +178,11 @@ def cmd_bench(a) -> int:
 
 def main(argv=None) -> int:
     import torch
+    import transformers
+
+    # our errors say what went wrong in one line; transformers' warnings and load bars only add noise
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
 
     p = argparse.ArgumentParser(prog="python -m specviz", description="Live batched speculative decoding.")
     sub = p.add_subparsers(dest="cmd", required=True)
