@@ -176,6 +176,87 @@ def cmd_bench(a) -> int:
     return 0
 
 
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecvizError(f"{what} must be comma-separated integers (got {text!r})") from None
+    if not vals or min(vals) < 0:
+        raise SpecvizError(f"{what} must be non-negative integers (got {text!r})")
+    return vals
+
+
+def cmd_calibrate(a) -> int:
+    import dataclasses
+
+    from .calibrate import calibrate, calibration_path
+    from .runner import load_pair
+
+    cfg = dataclasses.replace(_config(a), prompts=["calibration"])
+    cfg.validate()
+    target, proposer = load_pair(cfg)
+    sizes = _ints(a.batch_sizes, "--batch-sizes")
+    bar = _progress(len(sizes) * (a.k_max + 1 + (2 if proposer is not None and getattr(proposer, "loaded", None) else 0)),
+                    "calibrate")
+    cal = calibrate(target, proposer, sizes, a.k_max, a.prefix_len, progress=lambda: bar.update(1))
+    bar.close()
+    tc, dc = cal.target_cost, cal.draft_cost
+    print(f"target {cal.target} ({cal.dtype}, {cal.device}): t = {tc.t_fixed*1e3:.2f} ms + max({tc.t_mem*1e3:.2f} ms, "
+          f"{tc.t_token*1e6:.1f} us x b x tokens); knee at {tc.knee_tokens:.0f} tokens")
+    print(f"draft  {cal.draft}: t = {dc.t_fixed*1e3:.2f} ms + max({dc.t_mem*1e3:.2f} ms, {dc.t_token*1e6:.1f} us x b x tokens)")
+    for name, res in cal.residuals.items():
+        if res:
+            print(f"{name} fit residuals: median |rel| {statistics.median(abs(r) for r in res):.3f}, max {max(abs(r) for r in res):.3f}")
+    print("engine overhead per step: " + ", ".join(f"B={b}: {v*1e3:.2f} ms" for b, v in cal.overhead.items()))
+    print(f"written to {calibration_path(target.name, cal.draft, target.device, target.dtype)}")
+    return 0
+
+
+def cmd_sweep(a) -> int:
+    import csv
+    import json
+    from pathlib import Path
+
+    from .calibrate import calibrate, load_calibration
+    from .runner import load_pair
+    from .sweep import summarize_sweep, sweep
+
+    cfg = _config(a)
+    cfg.validate()
+    sizes, ks = _ints(a.batch_sizes, "--batch-sizes"), _ints(a.draft_lengths, "--draft-lengths")
+    target, proposer = load_pair(cfg)
+    if proposer is None:
+        raise SpecvizError("a sweep compares speculative with regular decoding: give a --draft other than none")
+    cal = None if a.recalibrate else load_calibration(target, proposer)
+    if cal is None:
+        print("calibrating the cost model first (cached for next time)...", file=sys.stderr)
+        cal = calibrate(target, proposer, sorted(set(sizes)), max(ks))
+    bar = _progress(len(sizes) * len(ks), "sweep")
+
+    def on_cell(c):
+        bar.update(1)
+        print(f"B={c['batch_size']:<3} k={c['draft_length']:<2} alpha {c['alpha']:.3f}  measured {c['measured_speedup']:.2f}x"
+              f"  predicted {c['predicted_speedup']:.2f}x", flush=True)
+
+    rows = sweep(cfg, sizes, ks, target, proposer, cal, a.repeats, on_cell)
+    bar.close()
+    summary = summarize_sweep(rows, cal)
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "sweep.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (out / "sweep.json").write_text(json.dumps({"calibration": cal.to_json(), "summary": summary,
+                                                "config": cfg.to_trace_config(target, proposer)}, indent=1))
+    print(f"\nmedian |predicted - measured| / measured: {summary['median_abs_rel_error']:.3f}")
+    print(f"{'B':>3} {'best k (measured)':>18} {'k* (predicted)':>15} {'speedup':>8}")
+    for b, v in summary["per_batch_size"].items():
+        print(f"{b:>3} {v['measured_best_k']:>18} {v['predicted_k_star']:>15} {v['measured_best_speedup']:>8.2f}")
+    print(f"written to {out / 'sweep.csv'} and {out / 'sweep.json'}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     import torch
     import transformers
@@ -194,9 +275,21 @@ def main(argv=None) -> int:
     _add_run_args(pb)
     pb.add_argument("--repeats", type=int, default=3)
     pb.add_argument("--no-peer", action="store_true", help="skip transformers' generate() peer")
+    pc = sub.add_parser("calibrate", help="fit the cost model of the target and draft on this device")
+    _add_run_args(pc)
+    pc.add_argument("--batch-sizes", default="1,2,4,8,16")
+    pc.add_argument("--k-max", type=int, default=8)
+    pc.add_argument("--prefix-len", type=int, default=128, help="cached prefix length per row")
+    ps = sub.add_parser("sweep", help="measured vs predicted speedup over batch size x draft length")
+    _add_run_args(ps)
+    ps.add_argument("--batch-sizes", default="1,2,4,8")
+    ps.add_argument("--draft-lengths", default="1,2,4,6,8")
+    ps.add_argument("--repeats", type=int, default=1)
+    ps.add_argument("--recalibrate", action="store_true")
+    ps.add_argument("--out-dir", default="sweep-out")
     a = p.parse_args(argv)
     try:
-        return {"run": cmd_run, "bench": cmd_bench}[a.cmd](a)
+        return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep}[a.cmd](a)
     except SpecvizError as e:
         print(f"specviz: error: {e}", file=sys.stderr)
         return 2

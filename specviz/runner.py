@@ -200,7 +200,14 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     prompts = cfg.batch_prompts()
     ids = encode_prompts(target.tokenizer, prompts, cfg.raw_prompt)
     k = cfg.draft_length if proposer is not None else 0
-    controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cfg.controller_args)
+    cargs = dict(cfg.controller_args)
+    if cfg.controller == "analytic" and proposer is not None and "costs" not in cargs:
+        from .calibrate import load_calibration
+
+        cal = load_calibration(target, proposer)  # None: the policy falls back to the batch-1 formula
+        if cal is not None:
+            cargs["costs"] = cal.costs(cfg.batch_size)
+    controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cargs)
     kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
     return SpecDecoder(target, proposer, controller, prompts, ids, cfg.params, cfg.max_new_tokens, cfg.seed, **kwargs)
 

@@ -1,0 +1,151 @@
+"""Cost-model calibration: time real forwards of the target and the draft over a grid of batch
+size x tokens per row (with a cached prefix of realistic length), fit a roofline per model
+(specviz.analytic.fit_cost_model), and measure the engine's per-step overhead from short real
+runs. Results are cached per (model, dtype, device) so the app and the sweeps reuse them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .analytic import CostModel, Costs, fit_cost_model
+from .engine import _sync
+from .ragged import RaggedCache
+
+
+def time_forward(loaded, b: int, n: int, prefix_len: int, repeats: int = 3) -> float:
+    """Median seconds of one forward of n new tokens per row for b rows over a cached prefix."""
+    V = loaded.model.config.vocab_size
+    g = torch.Generator().manual_seed(b * 1000 + n)
+    kv = RaggedCache(loaded.model)
+    ids = torch.randint(0, V, (b, prefix_len), generator=g).to(loaded.device)
+    kv.forward(ids, torch.ones_like(ids, dtype=torch.bool), last_only=True)
+    times = []
+    new = torch.randint(0, V, (b, n), generator=g).to(loaded.device)
+    valid = torch.ones_like(new, dtype=torch.bool)
+    for _ in range(repeats + 1):  # the first one warms up this shape
+        _sync(loaded.device)
+        t = time.perf_counter()
+        kv.forward(new, valid)
+        _sync(loaded.device)
+        times.append(time.perf_counter() - t)
+        kv.reject_tail(torch.zeros_like(valid))  # drop them again: the prefix stays the same length
+    return statistics.median(times[1:])
+
+
+def measure_grid(loaded, batch_sizes, tokens, prefix_len: int, repeats: int = 3, progress=None) -> list[tuple]:
+    samples = []
+    for b in batch_sizes:
+        for n in tokens:
+            samples.append((b, n, time_forward(loaded, b, n, prefix_len, repeats)))
+            if progress:
+                progress()
+    return samples
+
+
+@dataclasses.dataclass
+class Calibration:
+    target: str
+    draft: str
+    device: str
+    dtype: str
+    target_cost: CostModel
+    draft_cost: CostModel
+    overhead: dict  # batch size -> seconds of engine work per step outside forwards
+    residuals: dict  # model -> relative residuals of the fit
+    samples: dict  # model -> [(b, n, seconds)]
+
+    def overhead_at(self, b: int) -> float:
+        keys = sorted(int(x) for x in self.overhead)
+        xs = np.array(keys, float)
+        ys = np.array([self.overhead[str(x)] if str(x) in self.overhead else self.overhead[x] for x in keys])
+        return float(np.interp(b, xs, ys))
+
+    def costs(self, b: int) -> Costs:
+        return Costs(target=self.target_cost, draft=self.draft_cost, overhead=self.overhead_at(b))
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["overhead"] = {str(k): v for k, v in self.overhead.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Calibration":
+        d = dict(d)
+        d["target_cost"] = CostModel(**d["target_cost"])
+        d["draft_cost"] = CostModel(**d["draft_cost"])
+        return cls(**d)
+
+
+def calibration_path(target_name: str, draft_name: str, device, dtype) -> Path:
+    from .models import cache_dir
+
+    safe = lambda s: "".join(c if c.isalnum() or c in "-_." else "_" for c in str(s))  # noqa: E731
+    return cache_dir() / "calibration" / f"{safe(target_name)}__{safe(draft_name)}__{safe(device)}__{safe(dtype)}.json"
+
+
+def load_calibration(target, proposer) -> Calibration | None:
+    p = calibration_path(target.name, getattr(proposer, "name", "none"), target.device, target.dtype)
+    if not p.is_file():
+        return None
+    try:
+        return Calibration.from_json(json.loads(p.read_text()))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _relative(samples, model: CostModel) -> list[float]:
+    return [float((t - model(b, n)) / t) for b, n, t in samples]
+
+
+def measure_overhead(target, proposer, batch_sizes, target_cost: CostModel, draft_cost: CostModel,
+                     k: int = 2, prompt: str = "Tell me a long story about a dragon.") -> dict:
+    """Per-step engine time outside the model forwards, from short real runs (median over steps)."""
+    from .controllers import Fixed
+    from .engine import SpecDecoder
+    from .runner import encode_prompts
+    from .sampling import SamplingParams
+
+    ids = encode_prompts(target.tokenizer, [prompt])[0]
+    out = {}
+    for b in batch_sizes:
+        kk = k if proposer is not None else 0
+        dec = SpecDecoder(target, proposer, Fixed(kk), [prompt] * b, [ids] * b, SamplingParams(), 12)
+        gaps = []
+        for s in dec.steps():
+            total = s["t_draft"] + s["t_verify"] + s["t_accept"] + s["t_bookkeeping"]
+            model_time = target_cost(s["batch_size"], s["k"] + 1) + s["k"] * draft_cost(s["batch_size"], 1)
+            gaps.append(total - model_time)
+        out[b] = max(0.0, statistics.median(gaps[1:] or gaps))
+    return out
+
+
+def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, prefix_len: int = 128,
+              repeats: int = 3, progress=None) -> Calibration:
+    tokens = list(range(1, k_max + 2))
+    t_samples = measure_grid(target, batch_sizes, tokens, prefix_len, repeats, progress)
+    target_cost, _ = fit_cost_model(t_samples)
+    draft_model = getattr(proposer, "loaded", None)
+    if draft_model is not None:  # a draft model: it runs one token per row per draft step
+        d_samples = measure_grid(draft_model, batch_sizes, [1, 2], prefix_len, repeats, progress)
+        draft_cost, _ = fit_cost_model(d_samples)
+    else:  # n-gram lookup: no model; its Python time lands in the measured overhead
+        d_samples, draft_cost = [], CostModel(0.0, 0.0, 0.0)
+    overhead = measure_overhead(target, proposer, batch_sizes, target_cost, draft_cost)
+    cal = Calibration(
+        target=target.name, draft=getattr(proposer, "name", "none"), device=str(target.device),
+        dtype=str(target.dtype).removeprefix("torch."), target_cost=target_cost, draft_cost=draft_cost,
+        overhead=overhead, residuals={"target": _relative(t_samples, target_cost),
+                                      "draft": _relative(d_samples, draft_cost) if d_samples else []},
+        samples={"target": t_samples, "draft": d_samples})
+    p = calibration_path(target.name, cal.draft, target.device, target.dtype)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(cal.to_json(), indent=1))
+    return cal

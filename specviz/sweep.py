@@ -1,0 +1,79 @@
+"""Sweeps: measured vs predicted speedup over a batch-size x draft-length grid.
+
+For each batch size b, regular decoding (k = 0) and speculative decoding at each k run on the
+same prompts in one process. Each cell records the measured speedup, the alpha measured in
+that run, and the speedup the calibrated cost model predicts for that alpha
+(specviz.analytic.speedup_batch), so the model is judged on its cost side, not on acceptance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from .analytic import expected_accepted, optimal_k, speedup_batch
+from .runner import RunConfig, run
+
+
+def alpha_from_accepted(mean_accepted: float, k: int) -> float:
+    """Invert E[accepted] = alpha (1 - alpha^k) / (1 - alpha) (i.i.d. acceptance, Leviathan
+    et al. 2022) by bisection: the alpha whose expected accepted count matches the run's."""
+    if k == 0:
+        return 0.0
+    mean_accepted = min(max(mean_accepted, 0.0), float(k))
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if expected_accepted(mid, k) < mean_accepted:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def mean_accepted_per_row_step(trace: dict) -> float:
+    rs = [r for s in trace["steps"] for r in s["rows"] if r["active"]]
+    return sum(r["accepted"] for r in rs) / len(rs) if rs else 0.0
+
+
+def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibration, repeats: int = 1,
+          on_cell=None) -> list[dict]:
+    """Run the grid; returns one dict per (b, k) cell."""
+    rows = []
+    for b in batch_sizes:
+        def tok_s(k, mode, prop):
+            cfg = dataclasses.replace(base, batch_size=b, draft_length=k, mode=mode, controller="fixed")
+            trs = [run(cfg, target, prop, telemetry=False) for _ in range(repeats)]
+            return statistics.median(t["summary"]["tokens_per_s"] for t in trs), trs[-1]
+
+        regular, _ = tok_s(0, "regular", None)
+        for k in draft_lengths:
+            spec, tr = tok_s(k, "speculative", proposer)
+            alpha = alpha_from_accepted(mean_accepted_per_row_step(tr), k)
+            costs = calibration.costs(b)
+            predicted = speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead)
+            cell = {"batch_size": b, "draft_length": k, "alpha": alpha,
+                    "acceptance_rate": tr["summary"]["acceptance_rate"],
+                    "mean_acceptance_length": tr["summary"]["mean_acceptance_length"],
+                    "measured_speedup": spec / regular, "predicted_speedup": predicted,
+                    "spec_tokens_per_s": spec, "regular_tokens_per_s": regular}
+            rows.append(cell)
+            if on_cell:
+                on_cell(cell)
+    return rows
+
+
+def summarize_sweep(rows: list[dict], calibration, k_max: int = 16) -> dict:
+    """Median |predicted - measured| / measured, and measured best k vs predicted k*(b) per b."""
+    errs = [abs(r["predicted_speedup"] - r["measured_speedup"]) / r["measured_speedup"] for r in rows]
+    per_b = {}
+    for b in sorted({r["batch_size"] for r in rows}):
+        cells = [r for r in rows if r["batch_size"] == b]
+        best = max(cells, key=lambda r: r["measured_speedup"])
+        ks = [r["draft_length"] for r in cells]
+        alpha = statistics.median(r["alpha"] for r in cells)
+        k_pred = optimal_k(b, alpha, calibration.costs(b), k_max=max(ks))
+        # the measured grid may not contain k*: compare against the grid point nearest to it
+        per_b[b] = {"measured_best_k": best["draft_length"], "measured_best_speedup": best["measured_speedup"],
+                    "predicted_k_star": k_pred, "alpha": alpha}
+    return {"median_abs_rel_error": statistics.median(errs) if errs else None, "per_batch_size": per_b}

@@ -1,0 +1,52 @@
+"""Calibration and sweeps: the fit is built from real timings, the sweep's cells are consistent."""
+
+import pytest
+
+from specviz.analytic import expected_accepted
+from specviz.calibrate import Calibration, calibrate, load_calibration, time_forward
+from specviz.drafts import NgramDraft
+from specviz.runner import RunConfig, get_model
+from specviz.sweep import alpha_from_accepted, summarize_sweep, sweep
+
+from fakes import tiny_llama
+
+
+@pytest.mark.parametrize("alpha,k", [(0.0, 3), (0.3, 1), (0.7, 4), (0.95, 8)])
+def test_alpha_from_accepted_inverts_the_expectation(alpha, k):
+    assert alpha_from_accepted(expected_accepted(alpha, k), k) == pytest.approx(alpha, abs=1e-6)
+
+
+def test_time_forward_leaves_the_prefix_as_it_was():
+    m = tiny_llama()
+    t = time_forward(m, b=2, n=3, prefix_len=8, repeats=2)
+    assert 0 < t < 1.0
+
+
+@pytest.fixture(scope="module")
+def target():
+    return get_model("default", "cpu", "float32")
+
+
+def test_calibrate_sweep_end_to_end(target, tmp_path_factory, monkeypatch_module):
+    monkeypatch_module.setenv("SPECVIZ_CACHE", str(tmp_path_factory.mktemp("cache")))
+    draft = NgramDraft()
+    cal = calibrate(target, draft, batch_sizes=(1, 2), k_max=2, prefix_len=16, repeats=1)
+    assert cal.target_cost(1, 1) > 0 and len(cal.samples["target"]) == 2 * 3
+    again = load_calibration(target, draft)
+    assert isinstance(again, Calibration) and again.target_cost == cal.target_cost
+    base = RunConfig(prompts=["Repeat: a b c a b c a b c", "Count 1 2 3 1 2 3"], draft="ngram", max_new_tokens=8,
+                     device="cpu", dtype="float32")
+    rows = sweep(base, [1, 2], [1, 2], target, draft, cal)
+    assert [(r["batch_size"], r["draft_length"]) for r in rows] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    for r in rows:
+        assert 0 <= r["alpha"] <= 1 and r["measured_speedup"] > 0 and r["predicted_speedup"] > 0
+        assert r["measured_speedup"] == pytest.approx(r["spec_tokens_per_s"] / r["regular_tokens_per_s"])
+    s = summarize_sweep(rows, cal)
+    assert set(s["per_batch_size"]) == {1, 2} and s["median_abs_rel_error"] >= 0
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
