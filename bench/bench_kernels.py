@@ -1,6 +1,6 @@
 """Fused Triton acceptance rule vs the torch reference vs an unfused torch path, on CUDA.
 
-    python bench/bench_kernels.py            # full grid, ~2-4 min on one H100/H200
+    python bench/bench_kernels.py            # full grid: est. 2-4 min on one H100/H200 (not yet run)
     python bench/bench_kernels.py --quick    # V = 128256 only
 
 Grid: V in {32000, 50257, 128256, 256000} x B in {1, 8, 64} x k in {1, 4, 8}; sampling (T = 1)
@@ -9,7 +9,7 @@ with one-hot proposals in bf16 and fp32 logits, greedy in bf16, and draft probab
 target logits, B (k+1) V x element size (+ B k V x 4 for q). GB/s is against that: the
 reference materialises several float32 copies, so its GB/s is an "effective" number.
 Times are triton.testing.do_bench medians (L2 flushed before each call), launch overhead
-included: the engine pays it too. Logits are N(0, 1) with the draft token planted at +14,
+included: the engine pays it too. Logits are N(0, 1) with one token per position set to 14,
 drafted 90% of the time, which gives real-model-like acceptance (column acc = accepted / k).
 """
 
@@ -106,7 +106,7 @@ def bench_one(V, B, k, dtype, mode, do_bench):
     agree = (ref.num_accepted == got.num_accepted).float().mean().item()
     acc = ref.num_accepted.float().mean().item() / k
     acc_sig = accept_triton(*args, approx_sigmoid=True).num_accepted.float().mean().item() / k if "sigmoid" in fns else None
-    us = {name: 1e3 * do_bench(fn, warmup=10, rep=40) for name, fn in fns.items()}
+    us = {name: 1e3 * do_bench(fn, warmup=10, rep=40, return_mode="median") for name, fn in fns.items()}
     nbytes = logits.numel() * logits.element_size() + (q.numel() * q.element_size() if q is not None else 0)
     del logits, q, args
     return dict(V=V, B=B, k=k, dtype=str(dtype).removeprefix("torch."), mode=mode, acc=acc, acc_sig=acc_sig,

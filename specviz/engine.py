@@ -46,6 +46,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def default_accept_fn(device: torch.device):
+    """The fused Triton kernel on CUDA, the torch reference elsewhere (SPECVIZ_ACCEPT_IMPL overrides)."""
+    try:
+        from kernels import get_accept_fn
+    except ImportError:  # specviz used without the repo's kernels/ package
+        return accept_reference
+    return get_accept_fn(None if device.type == "cuda" else "torch")
+
+
 def eos_token_ids(loaded) -> set[int]:
     ids = set()
     for src in (loaded.tokenizer, getattr(loaded.model, "generation_config", None)):
@@ -71,7 +80,7 @@ class SpecDecoder:
         max_new_tokens: int,
         seed: int = 0,
         compact_threshold: float = 0.25,
-        accept_fn=accept_reference,
+        accept_fn=None,
     ):
         self.target = target
         self.proposer = proposer
@@ -80,7 +89,7 @@ class SpecDecoder:
         self.max_new_tokens = max_new_tokens
         self.device = target.device
         self.eos = eos_token_ids(target)
-        self.accept_fn = accept_fn
+        self.accept_fn = accept_fn or default_accept_fn(self.device)
         self.compact_threshold = compact_threshold
         self.rows = [
             RowState(i, p, list(ids), gen=torch.Generator().manual_seed(seed * 1_000_003 + i))

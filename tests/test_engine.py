@@ -149,3 +149,18 @@ def test_compaction_preserves_logits(target, prompts):
     nxt = torch.randint(1, V, (4, 2))
     one = torch.ones(4, 2, dtype=torch.bool)
     torch.testing.assert_close(kv_a.forward(nxt, one), kv_b.forward(nxt, one), rtol=1e-5, atol=1e-5)
+
+
+def test_engine_with_the_triton_kernel_equals_the_reference(target, prompts, reference):
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
+        pytest.skip("Triton needs CUDA or TRITON_INTERPRET=1")
+    from kernels import get_accept_fn
+    from specviz.controllers import Fixed
+    from specviz.engine import SpecDecoder
+
+    draft = ModelDraft(perturbed_copy(target, noise=0.3), vocab_size=V)
+    dec = SpecDecoder(target, draft, Fixed(3), ["p"] * 4, prompts, SamplingParams(), 12, accept_fn=get_accept_fn("triton"))
+    list(dec.steps())
+    assert [r.output for r in dec.rows] == [r[:12] for r in reference]

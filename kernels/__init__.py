@@ -1,0 +1,54 @@
+"""GPU kernels, each next to its torch reference; this module only picks the implementation.
+
+Importing ``kernels`` never imports triton: ``kernels.spec_verify`` is loaded the first time
+the Triton path is actually chosen, so CPU-only machines (and machines without triton) work.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from typing import Callable
+
+import torch
+
+from specviz.sampling import Verdict, accept_reference
+
+ENV_VAR = "SPECVIZ_ACCEPT_IMPL"  # "torch" or "triton": overrides the automatic choice
+IMPLS = ("torch", "triton")
+
+AcceptFn = Callable[..., Verdict]  # accept_reference's signature
+
+
+def get_accept_fn(force: str | None = None) -> AcceptFn:
+    """The acceptance rule to use: ``accept_triton`` on CUDA, ``accept_reference`` elsewhere.
+
+    Precedence: ``force`` (tests) > $SPECVIZ_ACCEPT_IMPL > CUDA available and triton installed.
+    The automatic/env choice is made once per process. Both take the same arguments; the
+    Triton one needs CUDA tensors (or TRITON_INTERPRET=1), so pass force="torch" for a model
+    on the CPU of a CUDA machine.
+    """
+    impl = _checked(force) if force is not None else _default_impl()
+    if impl == "torch":
+        return accept_reference
+    try:
+        from .spec_verify import accept_triton
+    except ImportError as e:  # triton missing
+        raise RuntimeError(f"the triton acceptance kernel was requested but cannot be imported: {e}") from e
+    return accept_triton
+
+
+@functools.cache
+def _default_impl() -> str:
+    env = os.environ.get(ENV_VAR, "").strip().lower()
+    if env:
+        return _checked(env)
+    has_triton = importlib.util.find_spec("triton") is not None
+    return "triton" if torch.cuda.is_available() and has_triton else "torch"
+
+
+def _checked(impl: str) -> str:
+    if impl not in IMPLS:
+        raise ValueError(f"accept implementation must be one of {IMPLS}, got {impl!r}")
+    return impl
