@@ -140,90 +140,94 @@ class SpecDecoder:
         self.active = []
 
     def _step(self, step: int) -> dict:
-        dev = self.device
-        t_start = time.perf_counter()
+        """draft -> verify -> accept -> advance, each phase timed after a device sync."""
+        clock = [time.perf_counter()]
+
+        def lap():
+            _sync(self.device)
+            clock.append(time.perf_counter())
+
         B = len(self.active)
         k = self.controller.next_k(B) if self.proposer is not None else 0
         u_draft, u_verify = self._uniforms(k)
-
-        # draft: n_b <= k proposals per row
-        if k > 0:
-            prop = self.proposer.propose([r.context for r in self.active], k, self.params, u_draft)
-            drafts, n, q = prop.tokens, prop.num_drafted, prop.probs
-        else:
-            drafts = torch.empty(B, 0, dtype=torch.long, device=dev)
-            n = torch.zeros(B, dtype=torch.long, device=dev)
-            q = None
-        _sync(dev)
-        t_draft_end = time.perf_counter()
-
-        # verify: one batched target forward over [last token, d_1..d_k] per row
-        last = torch.tensor([r.context[-1] for r in self.active], device=dev).unsqueeze(1)  # [B, 1]
-        ids = torch.cat([last, drafts.clamp(min=0)], dim=1)  # [B, k+1]
-        slots = torch.arange(k + 1, device=dev).unsqueeze(0)  # [1, k+1]
-        valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes
-        logits = self.kv.forward(ids, valid)  # [B, k+1, V]
-        _sync(dev)
-        t_verify_end = time.perf_counter()
-
-        # accept: the rule per row -> accepted count and emitted tokens (-1 padded)
+        drafts, n, q = self._draft(k, u_draft)
+        lap()
+        logits = self._verify(drafts, n)
+        lap()
         verdict = self.accept_fn(logits, drafts, n, u_verify, self.params, q)
         num_accepted = verdict.num_accepted.tolist()
-        emitted_all = verdict.emitted.tolist()
-        _sync(dev)
-        t_accept_end = time.perf_counter()
-
-        # step: roll back rejected slots, grow outputs, retire finished rows
-        acc = verdict.num_accepted.unsqueeze(1)  # [B, 1]
-        self.kv.reject_tail(slots <= acc)  # slot 0 (the last token) + accepted drafts stay
-        compacted = self.kv.maybe_compact()
-        emitted = [e[: a + 1] for e, a in zip(emitted_all, num_accepted)]
-        drafted = n.tolist()
-        if self.proposer is not None:
-            self.proposer.commit(num_accepted, emitted)
-        row_records = {}
-        keep = []
-        for i, (r, e, a, d) in enumerate(zip(self.active, emitted, num_accepted, drafted)):
-            room = self.max_new_tokens - len(r.output)
-            out = e[:room]
-            for j, t in enumerate(out):
-                if t in self.eos:
-                    out = out[: j + 1]
-                    r.finish_reason = "eos"
-                    break
-            r.output.extend(out)
-            if r.finish_reason is None and len(r.output) >= self.max_new_tokens:
-                r.finish_reason = "length"
-            r.drafted += d
-            r.accepted += a
-            r.steps += 1
-            row_records[r.index] = {"index": r.index, "active": True, "drafted": d, "accepted": a, "emitted": out}
-            if r.finish_reason is None:
-                keep.append(i)
-        self.controller.observe(drafted, num_accepted)
-        if len(keep) < B:
-            idx = torch.tensor(keep, dtype=torch.long, device=dev)
-            self.kv.select_rows(idx)
-            if self.proposer is not None:
-                self.proposer.select_rows(idx)
-            self.active = [self.active[i] for i in keep]
-        _sync(dev)
-        t_end = time.perf_counter()
-
-        rows = [row_records.get(r.index) or {"index": r.index, "active": False, "drafted": 0, "accepted": 0, "emitted": []}
-                for r in self.rows]
+        emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
+        lap()
+        rows, compacted = self._advance(verdict.num_accepted, num_accepted, emitted, n.tolist(), k + 1)
+        lap()
+        t_start, t_draft, t_verify, t_accept, t_end = clock
         return {
             "step": step,
             "k": k,
             "batch_size": B,
             "t_start": t_start - self.t0,
-            "t_draft": t_draft_end - t_start,
-            "t_verify": t_verify_end - t_draft_end,
-            "t_accept": t_accept_end - t_verify_end,
-            "t_bookkeeping": t_end - t_accept_end,
+            "t_draft": t_draft - t_start,
+            "t_verify": t_verify - t_draft,
+            "t_accept": t_accept - t_verify,
+            "t_bookkeeping": t_end - t_accept,
             "cache_slots": self.kv.slots,
             "cache_holes": self.kv.holes,
             "kv_bytes": self.kv.kv_bytes(),
             "compacted": compacted,
             "rows": rows,
         }
+
+    def _draft(self, k: int, u: torch.Tensor):
+        """n_b <= k proposals per row: (tokens [B, k], num_drafted [B], q [B, k, V] or None)."""
+        if k == 0:
+            B = len(self.active)
+            return (torch.empty(B, 0, dtype=torch.long, device=self.device),
+                    torch.zeros(B, dtype=torch.long, device=self.device), None)
+        prop = self.proposer.propose([r.context for r in self.active], k, self.params, u)
+        return prop.tokens, prop.num_drafted, prop.probs
+
+    def _verify(self, drafts: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """ONE batched target forward over [last token, d_1..d_k] per row -> logits [B, k+1, V]."""
+        last = torch.tensor([r.context[-1] for r in self.active], device=self.device).unsqueeze(1)  # [B, 1]
+        ids = torch.cat([last, drafts.clamp(min=0)], dim=1)  # [B, k+1]
+        slots = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)  # [1, k+1]
+        valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes
+        return self.kv.forward(ids, valid)
+
+    def _advance(self, accepted_t: torch.Tensor, num_accepted: list[int], emitted: list[list[int]],
+                 drafted: list[int], width: int) -> tuple[list[dict], bool]:
+        """Roll back rejected slots, grow outputs, retire finished rows; returns the row records."""
+        keep_slots = torch.arange(width, device=self.device).unsqueeze(0) <= accepted_t.unsqueeze(1)  # [B, k+1]
+        self.kv.reject_tail(keep_slots)  # slot 0 (the last token) + accepted drafts stay
+        compacted = self.kv.maybe_compact()
+        if self.proposer is not None:
+            self.proposer.commit(num_accepted, emitted)
+        records, keep = {}, []
+        for i, (r, e, a, d) in enumerate(zip(self.active, emitted, num_accepted, drafted)):
+            out = self._append(r, e)
+            r.drafted, r.accepted, r.steps = r.drafted + d, r.accepted + a, r.steps + 1
+            records[r.index] = {"index": r.index, "active": True, "drafted": d, "accepted": a, "emitted": out}
+            if r.finish_reason is None:
+                keep.append(i)
+        self.controller.observe(drafted, num_accepted)
+        if len(keep) < len(self.active):
+            idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+            self.kv.select_rows(idx)
+            if self.proposer is not None:
+                self.proposer.select_rows(idx)
+            self.active = [self.active[i] for i in keep]
+        idle = {"active": False, "drafted": 0, "accepted": 0, "emitted": []}
+        return [records.get(r.index) or {"index": r.index, **idle} for r in self.rows], compacted
+
+    def _append(self, r: RowState, emitted: list[int]) -> list[int]:
+        """Add a step's output to a row, cut at max_new_tokens and at the first EOS (inclusive)."""
+        out = emitted[: self.max_new_tokens - len(r.output)]
+        for j, t in enumerate(out):
+            if t in self.eos:
+                out = out[: j + 1]
+                r.finish_reason = "eos"
+                break
+        r.output.extend(out)
+        if r.finish_reason is None and len(r.output) >= self.max_new_tokens:
+            r.finish_reason = "length"
+        return out
