@@ -1,7 +1,56 @@
-"""specviz: the Streamlit entry point (navigation + the shared sidebar)."""
+"""specviz: the Streamlit entry point (navigation + the shared sidebar: models and device)."""
 
 import streamlit as st
 
-st.set_page_config(page_title="specviz", layout="wide")
-pages = [st.Page("pages/live.py", title="Live", default=True)]
-st.navigation(pages).run()
+from specviz import appstate
+from specviz.models import SpecvizError
+
+st.set_page_config(page_title="specviz", layout="wide", initial_sidebar_state="expanded")
+appstate.init_state()
+
+pages = [
+    st.Page("pages/live.py", title="Live", icon=":material/play_circle:", default=True),
+    st.Page("pages/speedup.py", title="Speedup model", icon=":material/show_chart:"),
+    st.Page("pages/sweep.py", title="Sweep", icon=":material/grid_on:"),
+    st.Page("pages/correctness.py", title="Correctness", icon=":material/rule:"),
+    st.Page("pages/hardware.py", title="Hardware", icon=":material/memory:"),
+]
+page = st.navigation(pages)
+
+# ---- shared sidebar: the model pair and where it runs ------------------------------------------
+with st.sidebar:
+    st.header("Models")
+    st.text_input("Target SPEC", key="target",
+                  help="`default` (packaged SmolLM2-135M-Instruct), a hub id[@revision], a local HF directory, or a .gguf file")
+    st.selectbox("Draft", ["default", "ngram", "none", "model"], key="draft_kind",
+                  format_func={"default": "default (best measured for the target)", "ngram": "ngram (prompt lookup)",
+                               "none": "none (regular decoding)", "model": "a model SPEC…"}.get,
+                  help="`default` = the target in bf16 when the target runs in fp32, else prompt-lookup n-grams")
+    if st.session_state.get("draft_kind") == "model":
+        st.text_input("Draft model SPEC", key="draft_spec", placeholder="org/name, a directory or a .gguf file")
+    c1, c2 = st.columns(2)
+    c1.selectbox("Device", ["auto", "cpu", "cuda"], key="device")
+    c2.selectbox("dtype", ["auto", "float32", "bfloat16"], key="dtype")
+
+    v = appstate.sidebar_values(st.session_state)
+    draft = appstate.draft_spec(st.session_state)
+    try:
+        with st.spinner(f"loading {v['target']}…"):
+            target = appstate.cached_model(v["target"], v["device"], v["dtype"])
+        dtype = str(target.dtype).removeprefix("torch.")
+        st.caption(f"target: **{target.name}** — {target.num_params / 1e6:.0f}M params, {dtype} on {target.device}")
+        if st.session_state.get("draft_kind") == "model" and not draft:
+            st.warning("enter a draft model SPEC")
+        elif draft not in ("none", "ngram", "default"):
+            with st.spinner(f"loading draft {draft}…"):
+                problem = appstate.pair_problem(v["target"], draft, v["device"], v["dtype"])
+            if problem:
+                st.error(problem)
+            else:
+                st.caption(f"draft: **{draft}**")
+    except SpecvizError as e:
+        st.error(f"target not loaded: {e}")
+    except Exception as e:  # a broken model file, a missing package...: the app keeps working
+        st.error(f"target not loaded: {type(e).__name__}: {e}")
+
+page.run()

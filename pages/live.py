@@ -1,22 +1,290 @@
-"""Live page: run batched speculative decoding on the chosen pair and watch it."""
+"""Live: run batched speculative decoding on the sidebar's pair and watch it, step by step.
+
+The run happens in a worker thread (specviz.appstate.LiveRun over specviz.runner.iter_run);
+this page only reads its snapshots and draws them, throttled so drawing stays a small share of
+the time.
+"""
+
+import io
+import json
+import time
+import zipfile
 
 import streamlit as st
 
-from specviz.runner import RunConfig, load_pair, run
+from specviz import appstate, charts, promptsets
+from specviz.models import SpecvizError
+from specviz.runner import RunConfig
+from specviz.trace import load_json, to_chrome_trace, to_tables
 
-st.title("specviz — live batched speculative decoding")
-prompt = st.text_area("Prompt", "Explain speculative decoding in two sentences.", key="prompt")
-b = st.slider("Batch size", 1, 64, 1, key="batch_size")
-k = st.slider("Draft length (0 = regular decoding)", 0, 16, 4, key="draft_length")
-if st.button("Run", key="run"):
-    cfg = RunConfig(prompts=[prompt], batch_size=b, draft_length=k, draft="ngram", max_new_tokens=48)
+try:
+    from specviz.controllers import CONTROLLERS
+except Exception:  # the controllers module is being written: fixed k only
+    CONTROLLERS = {"fixed": None}
+
+DRAW_BUDGET = 0.05  # drawing may take at most this share of the redraw interval (it shares the CPU and the GIL)
+
+appstate.init_state()
+st.session_state.setdefault("prompts_text", promptsets.to_text(promptsets.CHAT[:4]))
+st.session_state.setdefault("redraw_s", 0.5)
+st.session_state.setdefault("draw_s", 0.0)
+
+
+def load_prompt_set():
+    st.session_state["prompts_text"] = promptsets.to_text(promptsets.PROMPT_SETS[st.session_state["prompt_set"]])
+
+
+st.title("Live batched speculative decoding")
+
+# ---- controls ------------------------------------------------------------------------------------
+c1, c2, c3 = st.columns(3)
+with c1:
+    st.slider("Batch size b", 1, 64, 4, key="batch_size")
+    st.slider("Draft length k (0 = regular decoding)", 0, 16, 4, key="draft_length")
+    st.selectbox("Draft-length controller", list(CONTROLLERS), key="controller",
+                 help="fixed k, transformers' heuristic (+2/-1), BASS, a batch-size table, or the analytic optimum")
+    if st.session_state.get("controller") == "table":
+        st.text_input("k table (batch size:k, ...)", "1:4,4:3,16:1,64:0", key="k_table")
+with c2:
+    st.slider("Temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="temperature")
+    st.slider("Top-p", 0.05, 1.0, 1.0, 0.05, key="top_p")
+    st.slider("Max new tokens", 1, 512, 64, key="max_new_tokens")
+with c3:
+    st.selectbox("Prompt set", list(promptsets.PROMPT_SETS), key="prompt_set", on_change=load_prompt_set,
+                 help="n-gram drafts shine on the copy-heavy summarize/rewrite set")
+    st.number_input("Seed", 0, 2**31 - 1, 0, key="seed")
+    st.checkbox("Race against regular decoding", key="race",
+                help="afterwards, run regular decoding on the same prompts and replay both in real time")
+st.text_area("Prompts, one per line (write a newline inside a prompt as \\n; rows cycle through them)",
+             key="prompts_text", height=130)
+
+run = appstate.current_run()
+running = run is not None and run.running
+b1, b2, _ = st.columns([1, 1, 6])
+start = b1.button("Run", key="run", type="primary", disabled=running)
+stop = b2.button("Stop", key="stop", disabled=not running)
+
+
+def config_from_widgets() -> RunConfig:
+    ss = st.session_state
+    v = appstate.sidebar_values(ss)
+    return RunConfig(target=v["target"], draft=appstate.draft_spec(ss), device=v["device"], dtype=v["dtype"],
+                     prompts=promptsets.from_text(ss["prompts_text"]), batch_size=int(ss["batch_size"]),
+                     draft_length=int(ss["draft_length"]), controller=ss["controller"],
+                     temperature=float(ss["temperature"]), top_p=float(ss["top_p"]),
+                     max_new_tokens=int(ss["max_new_tokens"]), seed=int(ss["seed"]),
+                     mode="regular" if appstate.draft_spec(ss) == "none" else "speculative",
+                     controller_args={"table": ss["k_table"]} if ss["controller"] == "table" else {})
+
+
+if start:
+    cfg = config_from_widgets()
     try:
+        if not cfg.prompts:
+            raise SpecvizError("no prompts: write at least one prompt (one per line)")
         cfg.validate()
-        target, proposer = load_pair(cfg)
-        trace = run(cfg, target, proposer)
-    except Exception as e:  # shown in the page; the app keeps working
+        if cfg.mode == "speculative" and cfg.draft not in ("default", "ngram"):
+            if not cfg.draft:
+                raise SpecvizError("choose a draft: enter a draft model SPEC in the sidebar")
+            problem = appstate.pair_problem(cfg.target, cfg.draft, cfg.device, cfg.dtype)
+            if problem:
+                raise SpecvizError(problem)
+    except SpecvizError as e:
         st.error(str(e))
     else:
-        st.metric("tokens/s", f"{trace['summary']['tokens_per_s']:.1f}")
-        for s in trace["sequences"]:
-            st.write(s["text"])
+        run = appstate.start_run(cfg, appstate.model_lock(), race=bool(st.session_state.get("race")))
+        st.session_state[appstate.RUN_KEY] = run
+        running = True
+        time.sleep(0.05)  # let the worker take the lock (or find it taken) before the first draw
+if stop and run is not None:
+    run.stop()
+    st.info("Stopping after the current step; what was generated stays visible.")
+
+if running:
+    now = config_from_widgets()
+    changed = [name for name, a, b in (("batch size", now.batch_size, run.cfg.batch_size),
+                                       ("draft length", now.draft_length, run.cfg.draft_length),
+                                       ("controller", now.controller, run.cfg.controller),
+                                       ("temperature", now.temperature, run.cfg.temperature),
+                                       ("top-p", now.top_p, run.cfg.top_p),
+                                       ("max new tokens", now.max_new_tokens, run.cfg.max_new_tokens),
+                                       ("prompts", now.prompts, run.cfg.prompts)) if a != b]
+    if changed:
+        st.warning(f"Changed {', '.join(changed)} during the run: the run continues with its start config "
+                   f"(b={run.cfg.batch_size}, k={run.cfg.draft_length}); press Run again afterwards to use them.")
+
+
+# ---- drawing ---------------------------------------------------------------------------------------
+
+def headline(trace: dict, regular: dict | None) -> None:
+    s = trace.get("summary", {})
+    cols = st.columns(5)
+    fmt = lambda v, f: f.format(v) if v is not None else "—"  # noqa: E731
+    cols[0].metric("tokens/s", fmt(s.get("tokens_per_s"), "{:.1f}"))
+    cols[1].metric("mean acceptance length", fmt(s.get("mean_acceptance_length"), "{:.2f}"),
+                   help="output tokens per row-step, including the recovered/bonus token")
+    cols[2].metric("acceptance rate", fmt(s.get("acceptance_rate"), "{:.2f}"), help="accepted / drafted")
+    measured = None
+    if regular and regular.get("summary", {}).get("tokens_per_s") and s.get("tokens_per_s"):
+        measured = s["tokens_per_s"] / regular["summary"]["tokens_per_s"]
+    cols[3].metric("measured speedup", fmt(measured, "{:.2f}x"), help="tokens/s over regular decoding (tick Race)")
+    if appstate.analytic_module() is None:
+        cols[4].metric("predicted speedup", "—", help="analytic model not available")
+    else:
+        costs = appstate.load_calibration()
+        c = appstate.draft_cost_ratio(trace) or 0.05
+        pred = appstate.predicted_speedup(trace, costs, cost_ratio=c)
+        cols[4].metric("predicted speedup", fmt(pred, "{:.2f}x"),
+                       help=("fitted cost model" if costs is not None else
+                             f"not calibrated yet: batch-1 formula with measured alpha and c={c:.3f}"))
+
+
+def draw(trace: dict, decode, live: bool, regular: dict | None = None) -> None:
+    cfg = trace.get("config", {})
+    st.caption(f"b={cfg.get('batch_size')}, k={cfg.get('draft_length')}, controller={cfg.get('controller')}, "
+               f"mode={cfg.get('mode')}, target={cfg.get('target_name') or cfg.get('target')}, "
+               f"draft={cfg.get('draft_name') or cfg.get('draft')}, {len(trace.get('steps', []))} steps")
+    headline(trace, regular)
+    left, right = st.columns(2)
+    left.plotly_chart(charts.acceptance_heatmap(trace, decode, max_hover_steps=150 if live else 400),
+                      key="acceptance_heatmap")
+    right.plotly_chart(charts.acceptance_rate_bars(trace), key="acceptance_rate")
+    left.plotly_chart(charts.ragged_lengths(trace), key="ragged_lengths")
+    right.plotly_chart(charts.wasted_slots(trace), key="wasted_slots")
+    left.plotly_chart(charts.phase_timeline(trace), key="phase_timeline")
+    right.plotly_chart(charts.token_latency(trace), key="token_latency")
+    left.plotly_chart(charts.utilization(trace, _util_labels()), key="utilization")
+    right.plotly_chart(charts.position_acceptance(trace), key="position_acceptance")
+    st.subheader("Generated text")
+    st.markdown(charts.legend_html(), unsafe_allow_html=True)
+    rows = charts.token_html(trace, decode, max_rows=16)
+    st.markdown("".join(f"<p><b>row {i}</b> {h}</p>" for i, h in rows), unsafe_allow_html=True)
+    if len(trace.get("sequences", [])) > 16:
+        st.caption(f"first 16 of {len(trace['sequences'])} rows shown")
+
+
+def _util_labels():
+    try:
+        from specviz.telemetry import UTIL_LABELS
+
+        return UTIL_LABELS
+    except Exception:
+        return {}
+
+
+def live_view() -> None:
+    t0 = time.perf_counter()
+    run = appstate.current_run()
+    if run is not None and run.running:
+        if run.status == "queued":
+            st.info("queued: another run is in progress; this run starts when it ends")
+        elif run.status == "loading":
+            st.info("loading the model pair…")
+        elif run.status == "racing":
+            st.info("speculative run done; now running regular decoding on the same prompts for the race…")
+        trace = run.snapshot()
+        if trace.get("steps") or run.status != "queued":
+            draw(trace, appstate.trace_decoder(trace), live=True)
+        draw_s = time.perf_counter() - t0
+        st.session_state["draw_s"] = draw_s
+        interval = st.session_state["redraw_s"]
+        st.caption(f"live: redraw every {interval:.2f} s; last draw {draw_s * 1e3:.0f} ms "
+                   f"({100 * draw_s / interval:.0f}% of the interval)")
+        wanted = min(5.0, max(0.5, draw_s / DRAW_BUDGET))
+        if wanted > 1.5 * interval or wanted < interval / 2:
+            st.session_state["redraw_s"] = wanted
+            st.rerun(scope="app")  # a fragment's interval is set when the page draws it
+        return
+    if run is not None and not run.running and not getattr(run, "_shown_final", False):
+        run._shown_final = True
+        if st.session_state.get("_live_fragment"):
+            st.rerun(scope="app")  # the run ended during a fragment rerun: redraw the whole page
+    if run is not None and run.status == "error":
+        st.error(run.error)
+    elif run is not None and run.status == "stopped":
+        st.info("Stopped: rows that had not finished end as \"stopped\"; their output so far is kept.")
+    trace = appstate.current_trace()
+    if trace is None:
+        st.info("Press Run to start, or load a trace below.")
+        return
+    if (st.session_state.get(appstate.TRACE_SOURCE_KEY) or "").startswith("upload"):
+        st.caption(f"showing {st.session_state[appstate.TRACE_SOURCE_KEY]}")
+    draw(trace, appstate.trace_decoder(trace), live=False, regular=st.session_state.get("regular_trace"))
+
+
+if running:
+    st.session_state["_live_fragment"] = True
+    st.fragment(live_view, run_every=st.session_state["redraw_s"])()
+else:
+    st.session_state["_live_fragment"] = False
+    live_view()
+    st.session_state["redraw_s"] = 0.5
+
+
+# ---- race replay ---------------------------------------------------------------------------------------
+
+def replay_view() -> None:
+    spec, reg = st.session_state.get(appstate.TRACE_KEY), st.session_state.get("regular_trace")
+    t = time.perf_counter() - st.session_state["replay_t0"]
+    end = max(charts.run_duration(spec), charts.run_duration(reg))
+    st.plotly_chart(charts.race({"speculative": spec, "regular": reg}, until=t), key="race_replay")
+    cols = st.columns(2)
+    for col, name, tr in ((cols[0], "speculative", spec), (cols[1], "regular", reg)):
+        decode = appstate.trace_decoder(tr)
+        toks = charts.tokens_at(tr, t)
+        col.markdown(f"**{name}** — {sum(map(len, toks.values()))} tokens at {min(t, end):.2f} s")
+        for i, ids in list(toks.items())[:4]:
+            col.text(f"row {i}: " + (decode(ids) if decode else " ".join(map(str, ids))))
+    if t > end:
+        st.session_state["replay_t0"] = None
+        st.rerun(scope="app")
+
+
+trace_now = st.session_state.get(appstate.TRACE_KEY)
+if not running and trace_now is not None and st.session_state.get("regular_trace") is not None:
+    st.subheader("Race: speculative vs regular decoding")
+    if st.button("Replay race in real time", key="replay"):
+        st.session_state["replay_t0"] = time.perf_counter()
+    if st.session_state.get("replay_t0"):
+        st.fragment(replay_view, run_every=0.2)()
+    else:
+        st.plotly_chart(charts.race({"speculative": trace_now, "regular": st.session_state["regular_trace"]}),
+                        key="race_chart")
+
+
+# ---- export / import ---------------------------------------------------------------------------------
+
+def csv_zip(trace: dict) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, df in to_tables(trace).items():
+            z.writestr(f"{name}.csv", df.to_csv(index=False))
+    return buf.getvalue()
+
+
+st.subheader("Export / import")
+if trace_now is not None and not running:
+    d1, d2, d3 = st.columns(3)
+    d1.download_button("Trace (JSON)", json.dumps(trace_now), "trace.json", "application/json", key="dl_json")
+    d2.download_button("Tables (CSV zip)", csv_zip(trace_now), "trace_tables.zip", "application/zip", key="dl_csv")
+    d3.download_button("Chrome / Perfetto trace", json.dumps(to_chrome_trace(trace_now)), "trace.chrome.json",
+                       "application/json", key="dl_chrome")
+upload = st.file_uploader("Load a trace recorded elsewhere (specviz JSON): every page then shows it",
+                          type=["json"], key="upload")
+if upload is not None and st.session_state.get("_upload_id") == upload.file_id and st.session_state.get("_upload_error"):
+    st.error(st.session_state["_upload_error"])
+if upload is not None and st.session_state.get("_upload_id") != upload.file_id:
+    st.session_state["_upload_id"] = upload.file_id
+    st.session_state["_upload_error"] = None
+    try:
+        loaded = load_json(upload.getvalue())
+        charts.token_kinds(loaded)  # reject a file whose steps are not trace records
+    except (ValueError, KeyError, TypeError) as e:
+        msg = f"{upload.name}: {e}" if isinstance(e, ValueError) else f"{upload.name}: not a specviz trace ({e})"
+        st.session_state["_upload_error"] = msg
+        st.error(msg)
+    else:
+        st.session_state[appstate.TRACE_KEY] = loaded
+        st.session_state[appstate.TRACE_SOURCE_KEY] = f"upload: {upload.name}"
+        st.session_state["regular_trace"] = None
+        st.rerun()

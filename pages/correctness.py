@@ -1,0 +1,81 @@
+"""Correctness: greedy speculative output must equal greedy regular output (checked in fp32),
+and the sampled acceptance rule must reproduce the target distribution."""
+
+import dataclasses
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from specviz import appstate, charts, promptsets
+from specviz.models import SpecvizError
+from specviz.runner import RunConfig, get_model, make_proposer, run
+
+appstate.init_state()
+st.title("Correctness")
+appstate.run_banner()
+
+# ---- greedy exactness ---------------------------------------------------------------------------
+st.subheader("Greedy speculative vs regular decoding (fp32)")
+st.caption("Both runs use the sidebar's target loaded in float32 and temperature 0. In bf16, logits often tie "
+           "and a (k+1)-token verify may break ties differently, so exactness is checked in fp32; a divergence "
+           "is shown with the regular run's top-1 minus top-2 logit margin at that position (a tiny margin "
+           "means floating-point rounding, not a bookkeeping bug).")
+c1, c2, c3 = st.columns(3)
+b = c1.slider("batch size", 1, 16, 4, key="corr_b")
+k = c2.slider("draft length", 1, 16, 4, key="corr_k")
+max_new = c3.slider("max new tokens", 4, 128, 24, key="corr_max_new")
+pset = c1.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="corr_prompts")
+
+if st.button("Check exactness", key="corr_run", type="primary"):
+    v = appstate.sidebar_values(st.session_state)
+    draft = appstate.draft_spec(st.session_state)
+    cfg = RunConfig(target=v["target"], draft=draft if draft not in ("none", "") else "ngram", device=v["device"],
+                    dtype="float32", prompts=promptsets.PROMPT_SETS[pset], batch_size=b, draft_length=k,
+                    max_new_tokens=max_new, temperature=0.0)
+    try:
+        cfg.validate()
+        with appstate.model_lock(), st.spinner("loading the fp32 target and running both modes…"):
+            target = get_model(cfg.target, cfg.device, "float32")
+            spec = run(cfg, target, make_proposer(cfg.draft, target), telemetry=False)
+            regular = run(dataclasses.replace(cfg, mode="regular"), target, None, telemetry=False)
+            st.session_state["corr_rows"] = appstate.divergence_rows(spec, regular, target)
+    except SpecvizError as e:
+        st.error(str(e))
+    except Exception as e:
+        st.error(appstate.error_message(e, cfg))
+
+rows = st.session_state.get("corr_rows")
+if rows:
+    exact = sum(r["match"] for r in rows)
+    st.metric("rows with exact match", f"{exact} / {len(rows)}")
+    st.dataframe(pd.DataFrame([{"row": r["index"], "exact match": r["match"],
+                                "first divergent position": r["first_divergence"],
+                                "regular top-1 − top-2 logit margin there": r["margin"], "tokens": r["length"]}
+                               for r in rows]), hide_index=True)
+    st.plotly_chart(charts.divergence_chart(rows), key="corr_chart")
+else:
+    st.info("press Check exactness to run both modes on the same prompts")
+
+# ---- sampling: distribution check ----------------------------------------------------------------
+st.subheader("Sampling: the acceptance rule reproduces the target distribution")
+st.caption("Random target logits p and a random draft q over a small vocabulary; many rows go through "
+           "`specviz.sampling.accept_reference` (draft tokens drawn from q). The first output token of every row "
+           "must be distributed as p (Leviathan et al. 2022): a chi-square test of its counts against n·p.")
+d1, d2, d3 = st.columns(3)
+n = d1.select_slider("rows", [2000, 5000, 20000, 50000], 20000, key="dist_n")
+temp = d2.slider("temperature", 0.1, 2.0, 1.0, 0.1, key="dist_temp")
+seed = d3.number_input("seed", 0, 10_000, 0, key="dist_seed")
+if st.button("Run distribution check", key="dist_run"):
+    st.session_state["dist"] = appstate.acceptance_distribution_check(n=int(n), temperature=float(temp), seed=int(seed))
+res = st.session_state.get("dist")
+if res:
+    m1, m2, m3 = st.columns(3)
+    m1.metric("chi-square", f"{res['chi2']:.2f}", help=f"{res['dof']} degrees of freedom")
+    m2.metric("p-value", f"{res['p_value']:.3f}", help="a p-value that is not tiny means no evidence against losslessness")
+    m3.metric("draft acceptance rate", f"{res['acceptance_rate']:.2f}")
+    fig = go.Figure([go.Bar(name="observed", y=res["counts"]), go.Bar(name="expected n·p", y=res["expected"])])
+    fig.update_layout(barmode="group", xaxis_title="token id", yaxis_title="count", height=300)
+    st.plotly_chart(fig, key="dist_chart")
+    (st.success if res["p_value"] > 0.001 else st.error)(
+        "consistent with the target distribution" if res["p_value"] > 0.001 else "counts differ from p (p < 0.001)")

@@ -1,0 +1,144 @@
+"""Every chart function on a small synthetic trace (a tiny engine run) and on edge cases."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import pytest
+
+from specviz import charts
+from specviz.runner import RunConfig
+from specviz.trace import build_trace, sequence_record
+
+from fakes import ScriptedDraft, decode, ragged_prompts, reference_greedy, tiny_llama
+
+V = 64
+
+
+def make_trace(behaviour=("all", "none", "half"), k=4, max_new=12, telemetry=None) -> dict:
+    target = tiny_llama(V)
+    prompts = ragged_prompts(len(behaviour), V)
+    draft = ScriptedDraft(prompts, reference_greedy(target, prompts, max_new=max_new), list(behaviour), V) if k else None
+    dec, steps = decode(target, prompts, draft, k, max_new)
+    cfg = RunConfig(batch_size=len(prompts), draft_length=k, mode="speculative" if k else "regular")
+    seqs = [sequence_record(r, target.tokenizer) for r in dec.rows]
+    samples = telemetry if telemetry is not None else [
+        {"t": 0.01 * i, "util_pct": 50.0 + i, "mem_bytes": 2**30, "source": "psutil"} for i in range(5)]
+    return build_trace(cfg.to_trace_config(), {}, seqs, steps, samples, 0.5, 0.01)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return make_trace()
+
+
+@pytest.fixture(scope="module")
+def regular_trace():
+    return make_trace(k=0, max_new=5)
+
+
+EMPTY = {"version": 1, "config": {}, "sequences": [], "steps": [], "telemetry": [], "summary": {}}
+TRACE_CHARTS = [charts.acceptance_heatmap, charts.acceptance_rate_bars, charts.position_acceptance,
+                charts.ragged_lengths, charts.wasted_slots, charts.phase_timeline, charts.phase_breakdown,
+                charts.token_latency, charts.utilization]
+
+
+@pytest.mark.parametrize("fn", TRACE_CHARTS, ids=lambda f: f.__name__)
+def test_every_trace_chart_draws_data_from_a_small_run(fn, trace):
+    fig = fn(trace)
+    assert isinstance(fig, go.Figure) and len(fig.data) > 0
+    fig.to_json()  # serialisable, as Streamlit sends it
+
+
+@pytest.mark.parametrize("fn", TRACE_CHARTS, ids=lambda f: f.__name__)
+def test_every_trace_chart_survives_an_empty_trace(fn):
+    fig = fn(EMPTY)
+    assert isinstance(fig, go.Figure) and len(fig.data) == 0 and fig.layout.annotations
+
+
+def test_utilization_without_samples_says_no_samples(trace):
+    fig = charts.utilization({**trace, "telemetry": []})
+    assert fig.layout.annotations[0].text == "no samples"
+
+
+def test_token_kinds_follow_the_vocabulary(trace):
+    kinds = charts.token_kinds(trace)
+    assert set(kinds) == {0, 1, 2}
+    # row 0 ("all"): every step accepts k drafts then a bonus token
+    assert {k for _, k, _ in kinds[0]} <= {"accepted", "bonus"} and any(k == "bonus" for _, k, _ in kinds[0])
+    # row 1 ("none"): nothing accepted, one recovered token per step
+    assert {k for _, k, _ in kinds[1]} == {"recovered"}
+    # the kinds cover exactly the row's output
+    for s in trace["sequences"]:
+        assert [t for t, _, _ in kinds[s["index"]]] == s["output_token_ids"]
+
+
+def test_token_kind_rules():
+    assert charts.token_kind(0, accepted=2, drafted=4) == "accepted"
+    assert charts.token_kind(2, accepted=2, drafted=4) == "recovered"
+    assert charts.token_kind(3, accepted=3, drafted=3) == "bonus"
+    assert charts.token_kind(0, accepted=0, drafted=0) == "target"
+
+
+def test_regular_run_tokens_are_plain_target_tokens(regular_trace):
+    assert {k for row in charts.token_kinds(regular_trace).values() for _, k, _ in row} == {"target"}
+
+
+def test_wasted_slots_count_k_minus_accepted_per_active_row(trace):
+    fig = charts.wasted_slots(trace)
+    used, waste = fig.data[0].y, fig.data[1].y
+    for s, u, w in zip(trace["steps"], used, waste):
+        active = [r for r in s["rows"] if r["active"]]
+        assert w == sum(s["k"] - r["accepted"] for r in active)
+        assert u + w == len(active) * (s["k"] + 1)
+
+
+def test_ragged_lengths_end_at_each_rows_output_length(trace):
+    fig = charts.ragged_lengths(trace)
+    for line, s in zip(fig.data, trace["sequences"]):
+        assert line.y[-1] == len(s["output_token_ids"])
+
+
+def test_ragged_lengths_of_many_rows_use_one_trace_with_gaps():
+    tr = make_trace(behaviour=("none",) * 18, k=0, max_new=2)
+    fig = charts.ragged_lengths(tr)
+    assert len(fig.data) == 1 and fig.data[0].y.count(None) == 18
+
+
+def test_heatmap_hover_shows_decoded_emitted_tokens(trace):
+    fig = charts.acceptance_heatmap(trace, decode=lambda ids: "".join(f"<{t}>" for t in ids))
+    hm = fig.data[0]
+    assert len(hm.z) == 3 and len(hm.z[0]) == len(trace["steps"])
+    first = trace["steps"][0]["rows"][0]
+    assert f"&lt;{first['emitted'][0]}&gt;" in hm.text[0][0] and "accepted" in hm.text[0][0]  # escaped for hover HTML
+
+
+def test_timeline_has_one_lane_per_phase_starting_at_step_starts(trace):
+    fig = charts.phase_timeline(trace)
+    lanes = {t.name: t for t in fig.data}
+    assert set(charts.PHASES) <= set(lanes)
+    assert lanes["draft"].base[0] == pytest.approx(trace["steps"][0]["t_start"] * 1e3)
+
+
+def test_replay_emits_everything_by_the_end_and_nothing_at_zero(trace):
+    assert all(not v for v in charts.tokens_at(trace, -1.0).values())
+    end = charts.tokens_at(trace, charts.run_duration(trace))
+    assert [end[s["index"]] for s in trace["sequences"]] == [s["output_token_ids"] for s in trace["sequences"]]
+
+
+def test_token_html_colours_every_kind_and_escapes_text(trace):
+    rows = charts.token_html(trace, decode=lambda ids: "<b>&")
+    assert len(rows) == 3
+    assert charts.KIND_COLORS["bonus"] in rows[0][1] and charts.KIND_COLORS["recovered"] in rows[1][1]
+    assert "<b>&" not in rows[0][1] and "&lt;b&gt;&amp;" in rows[0][1]
+
+
+def test_race_and_model_charts(trace, regular_trace):
+    fig = charts.race({"speculative": trace, "regular": regular_trace}, until=0.0)
+    assert [t.name for t in fig.data] == ["speculative", "regular"]
+    assert charts.speedup_vs_k({1: [1.0, 1.5, 1.7]}, [{"b": 1, "k": 2, "speedup": 1.6}]).data[-1].name == "measured"
+    assert len(charts.optimal_k_curve([1, 2, 4], [4, 3, 1]).data) == 1
+    hm = charts.bk_heatmap([1, 4], [0, 2], [[1.0, 1.4], [1.0, None]])
+    assert hm.data[0].text[1][1] == ""
+    rows = [{"index": 0, "match": True, "first_divergence": None, "margin": None, "length": 5},
+            {"index": 1, "match": False, "first_divergence": 3, "margin": 0.01, "length": 5}]
+    assert list(charts.divergence_chart(rows).data[0].y) == [5, 3]
