@@ -158,7 +158,8 @@ class SpecDecoder:
         num_accepted = verdict.num_accepted.tolist()
         emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
         lap()
-        rows, compacted = self._advance(verdict.num_accepted, num_accepted, emitted, n.tolist(), k + 1)
+        proposed = [d[:m] for d, m in zip(drafts.tolist(), n.tolist())]
+        rows, compacted = self._advance(verdict.num_accepted, num_accepted, emitted, proposed, k + 1)
         lap()
         t_start, t_draft, t_verify, t_accept, t_end = clock
         return {
@@ -195,18 +196,20 @@ class SpecDecoder:
         return self.kv.forward(ids, valid)
 
     def _advance(self, accepted_t: torch.Tensor, num_accepted: list[int], emitted: list[list[int]],
-                 drafted: list[int], width: int) -> tuple[list[dict], bool]:
+                 proposed: list[list[int]], width: int) -> tuple[list[dict], bool]:
         """Roll back rejected slots, grow outputs, retire finished rows; returns the row records."""
+        drafted = [len(p) for p in proposed]
         keep_slots = torch.arange(width, device=self.device).unsqueeze(0) <= accepted_t.unsqueeze(1)  # [B, k+1]
         self.kv.reject_tail(keep_slots)  # slot 0 (the last token) + accepted drafts stay
         compacted = self.kv.maybe_compact()
         if self.proposer is not None:
             self.proposer.commit(num_accepted, emitted)
         records, keep = {}, []
-        for i, (r, e, a, d) in enumerate(zip(self.active, emitted, num_accepted, drafted)):
+        for i, (r, e, a, p) in enumerate(zip(self.active, emitted, num_accepted, proposed)):
             out = self._append(r, e)
-            r.drafted, r.accepted, r.steps = r.drafted + d, r.accepted + a, r.steps + 1
-            records[r.index] = {"index": r.index, "active": True, "drafted": d, "accepted": a, "emitted": out}
+            r.drafted, r.accepted, r.steps = r.drafted + len(p), r.accepted + a, r.steps + 1
+            records[r.index] = {"index": r.index, "active": True, "drafted": len(p), "accepted": a, "emitted": out,
+                                "draft_tokens": p}
             if r.finish_reason is None:
                 keep.append(i)
         self.controller.observe(drafted, num_accepted)
@@ -216,7 +219,7 @@ class SpecDecoder:
             if self.proposer is not None:
                 self.proposer.select_rows(idx)
             self.active = [self.active[i] for i in keep]
-        idle = {"active": False, "drafted": 0, "accepted": 0, "emitted": []}
+        idle = {"active": False, "drafted": 0, "accepted": 0, "emitted": [], "draft_tokens": []}
         return [records.get(r.index) or {"index": r.index, **idle} for r in self.rows], compacted
 
     def _append(self, r: RowState, emitted: list[int]) -> list[int]:

@@ -217,6 +217,7 @@ def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn
     cfg.validate()
     dec = make_decoder(cfg, target, proposer, accept_fn)
     sampler = _start_telemetry(target.device) if telemetry else None
+    dec.sampler = sampler  # pages may read sampler.samples while the run goes
     steps = []
     t0 = time.perf_counter()
     try:

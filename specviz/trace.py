@@ -118,8 +118,9 @@ def to_tables(trace: dict) -> dict:
         "prompt_tokens": len(s["prompt_token_ids"]), "output_tokens": len(s["output_token_ids"])}
         for s in trace["sequences"]])
     steps = pd.DataFrame([{k: v for k, v in s.items() if k != "rows"} for s in trace["steps"]])
-    rows = pd.DataFrame([{"step": s["step"], "k": s["k"], **{k: v for k, v in r.items() if k != "emitted"},
-                          "emitted": len(r["emitted"]), "emitted_ids": " ".join(map(str, r["emitted"]))}
+    rows = pd.DataFrame([{"step": s["step"], "k": s["k"], **{k: v for k, v in r.items() if not isinstance(v, list)},
+                          "emitted_ids": " ".join(map(str, r["emitted"])),
+                          "draft_ids": " ".join(map(str, r.get("draft_tokens", [])))}
                          for s in trace["steps"] for r in s["rows"]])
     tele = pd.DataFrame(trace.get("telemetry") or [])
     return {"sequences": seqs, "steps": steps, "rows": rows, "telemetry": tele}
