@@ -136,6 +136,18 @@ def _peer_generate(target, proposer, cfg) -> float | None:
     return tokens / t
 
 
+def _bench_pass(cfg, target, proposer, desc: str) -> tuple[float, list[dict]]:
+    """Every prompt once, in batches of B (the last batch cycles prompts to fill it): tokens/s."""
+    import dataclasses
+
+    P, B = len(cfg.prompts), cfg.batch_size
+    chunks = [[cfg.prompts[(i + j) % P] for j in range(B)] for i in range(0, P, B)] if B < P else [cfg.prompts]
+    traces = [_run_with_progress(dataclasses.replace(cfg, prompts=c), target, proposer, desc, telemetry=False)
+              for c in chunks]
+    tokens = sum(t["summary"]["tokens"] for t in traces)
+    return tokens / sum(t["summary"]["wall_s"] for t in traces), traces
+
+
 def cmd_bench(a) -> int:
     import dataclasses
 
@@ -148,17 +160,23 @@ def cmd_bench(a) -> int:
     # warm-up: first forwards allocate and pick kernels
     warm = dataclasses.replace(cfg, max_new_tokens=min(8, cfg.max_new_tokens))
     _run_with_progress(warm, target, proposer, "warm-up", telemetry=False)
+    _run_with_progress(dataclasses.replace(warm, mode="regular"), target, None, "warm-up", telemetry=False)
     results = {"regular": [], "speculative": []}
     traces = {}
     for rep in range(a.repeats):  # interleaved so drift hits both alike
         for mode, c, prop in (("regular", reg_cfg, None), ("speculative", cfg, proposer)):
-            tr = _run_with_progress(c, target, prop, f"{mode} {rep + 1}/{a.repeats}", telemetry=False)
-            results[mode].append(tr["summary"]["tokens_per_s"])
-            traces[mode] = tr
+            tok_s, traces[mode] = _bench_pass(c, target, prop, f"{mode} {rep + 1}/{a.repeats}")
+            results[mode].append(tok_s)
     reg, spec = statistics.median(results["regular"]), statistics.median(results["speculative"])
-    s = traces["speculative"]["summary"]
+    steps = [st for t in traces["speculative"] for st in t["steps"]]
+    seqs = [sq for t in traces["speculative"] for sq in t["sequences"]]
+    from .trace import summarize
+
+    s = summarize(steps, seqs, sum(t["summary"]["wall_s"] for t in traces["speculative"]),
+                  sum(t["summary"]["prefill_s"] for t in traces["speculative"]))
     print(f"target {target.name} ({target.dtype}, {target.device}); draft {getattr(proposer, 'name', '-')}; "
-          f"B={cfg.batch_size} k={cfg.draft_length} max_new_tokens={cfg.max_new_tokens} repeats={a.repeats}")
+          f"B={cfg.batch_size} k={cfg.draft_length} controller={cfg.controller} max_new_tokens={cfg.max_new_tokens} "
+          f"prompts={len(cfg.prompts)} repeats={a.repeats}")
     print(f"{'run':<28}{'tokens/s':>10}{'ratio':>8}")
     print(f"{'regular (ours, k=0)':<28}{reg:>10.1f}{1.0:>8.2f}")
     print(f"{'speculative (ours)':<28}{spec:>10.1f}{spec / reg:>8.2f}")
@@ -168,11 +186,15 @@ def cmd_bench(a) -> int:
             print(f"{'transformers generate peer':<28}{peer:>10.1f}{peer / reg:>8.2f}")
             print(f"ours vs peer: {spec / peer:.2f}x")
     print(f"acceptance rate {_fmt(s['acceptance_rate'])}, mean acceptance length {_fmt(s['mean_acceptance_length'])}, "
-          f"overhead fraction {_fmt(s['overhead_frac'])}")
-    same = [a_["output_token_ids"] == b_["output_token_ids"] for a_, b_ in
-            zip(traces["regular"]["sequences"], traces["speculative"]["sequences"])]
+          f"overhead fraction {_fmt(s['overhead_frac'])}; per step: draft {1e3 * s['draft_s'] / s['steps']:.1f} ms, "
+          f"verify {1e3 * s['verify_s'] / s['steps']:.1f} ms, accept {1e3 * s['accept_s'] / s['steps']:.1f} ms, "
+          f"bookkeeping {1e3 * s['bookkeeping_s'] / s['steps']:.1f} ms")
+    reg_seqs = [sq for t in traces["regular"] for sq in t["sequences"]]
     if cfg.temperature == 0:
-        print(f"greedy outputs identical to regular decoding: {sum(same)}/{len(same)} rows")
+        same = [x["output_token_ids"] == y["output_token_ids"] for x, y in zip(reg_seqs, seqs)]
+        print(f"greedy outputs identical to regular decoding: {sum(same)}/{len(same)} rows"
+              + ("" if all(same) or target.dtype == __import__("torch").float32 else
+                 " (bf16: a (k+1)-token verify can break exact logit ties differently; see bench/exactness.py)"))
     return 0
 
 

@@ -91,3 +91,20 @@ def test_module_entry_point_has_no_traceback_on_bad_input():
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
     assert p.stderr.strip() == "specviz: error: batch size must be at least 1 (got 0)"
+
+
+def test_bench_prints_both_modes_and_their_ratio(capsys):
+    code = main(["bench", "--prompt", "Count: 1 2 3 1 2 3", "Say hi.", "Name a color.", "--batch-size", "2",
+                 "--draft", "ngram", "--draft-length", "2", "--max-new-tokens", "4", "--repeats", "1",
+                 "--dtype", "float32", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "regular (ours, k=0)" in out and "speculative (ours)" in out and "prompts=3" in out
+    assert "greedy outputs identical to regular decoding: 4/4 rows" in out  # 2 batches of 2 (last cycles)
+
+
+def test_bench_at_batch_one_runs_the_transformers_peer(capsys):
+    code = main(["bench", "--prompt", "Count: 1 2 3 1 2 3", "--batch-size", "1", "--draft", "ngram",
+                 "--draft-length", "2", "--max-new-tokens", "4", "--repeats", "1", "--dtype", "float32", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 0 and "transformers generate peer" in out and "ours vs peer" in out
