@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The CPU benchmarks recorded in BENCHMARKS.md, in one go (run on an otherwise idle machine:
+# with 2 cores, any other busy process makes torch's threads wait on each other).
+# Usage: bash bench/run_cpu.sh 2>&1 | tee bench/out/cpu.log
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+mkdir -p bench/out
+lscpu | grep -E "Model name|^CPU\(s\)"
+P="--prompts bench/prompts.txt --max-new-tokens 64 --repeats 3"
+for spec in "--dtype bfloat16 --draft ngram" "--dtype float32 --draft default"; do
+  for b in 1 8; do
+    echo "== bench $spec B=$b"
+    $PY -m specviz bench $P $spec --batch-size $b --draft-length 4
+  done
+done
+echo "== exactness (fp32)"
+$PY bench/exactness.py --max-new-tokens 32
