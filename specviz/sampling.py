@@ -110,12 +110,7 @@ def accept_reference(
                 q_final = torch.zeros_like(p_final).scatter_(-1, x[rows, j].unsqueeze(-1), 1.0)
             else:
                 q_final = draft_probs[rows, j].float()
-            residual = (p_final - q_final).clamp(min=0.0)
-            # p == q everywhere leaves no residual mass; rejection then has probability 0 in
-            # exact arithmetic and only rounding got us here: fall back to p.
-            empty = residual.sum(-1, keepdim=True) <= 0
-            residual = torch.where(empty, p_final, residual)
-            p_final = torch.where(rejected.unsqueeze(-1), residual, p_final)
+            p_final = final_distribution(p_final, q_final, rejected)
         final = sample_inverse_cdf(p_final, uniforms[rows, num_drafted])
 
     emitted = torch.full((B, k + 1), -1, dtype=torch.long, device=device)
@@ -123,6 +118,19 @@ def accept_reference(
     emitted[:, :k] = torch.where(keep, x, emitted[:, :k])
     emitted[rows, num_accepted] = final
     return Verdict(num_accepted=num_accepted, emitted=emitted)
+
+
+def final_distribution(p: torch.Tensor, q: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """What the final token is drawn from: norm(max(0, p - q)) where the row rejected, else p.
+
+    p, q: [B, V] at the row's final position; rejected: [B]. The residual is left unnormalised
+    (inverse-CDF sampling scales by its total).
+    """
+    residual = (p - q).clamp(min=0.0)
+    # p == q everywhere leaves no residual mass; rejection then has probability 0 in exact
+    # arithmetic and only rounding got us here: fall back to p.
+    empty = residual.sum(-1, keepdim=True) <= 0
+    return torch.where(rejected.unsqueeze(-1) & ~empty, residual, p)
 
 
 def sample_tokens(logits: torch.Tensor, params: SamplingParams, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
