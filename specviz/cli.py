@@ -309,9 +309,13 @@ def main(argv=None) -> int:
     ps.add_argument("--repeats", type=int, default=1)
     ps.add_argument("--recalibrate", action="store_true")
     ps.add_argument("--out-dir", default="sweep-out")
+    from .distill import add_distill_parser, cmd_distill
+
+    add_distill_parser(sub)
     a = p.parse_args(argv)
     try:
-        return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep}[a.cmd](a)
+        return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep,
+                "distill": cmd_distill}[a.cmd](a)
     except SpecvizError as e:
         print(f"specviz: error: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 import torch
 
 from .controllers import make_controller
+from .distill import get_distilled_draft, is_distilled_draft
 from .drafts import ModelDraft, NgramDraft
 from .engine import SpecDecoder
 from .models import SpecvizError, check_tokenizers_agree, load_model, resolve_device, resolve_dtype
@@ -158,6 +159,8 @@ def make_proposer(draft: str, target):
         return NgramDraft(max_ngram=n, device=target.device)
     if spec == "default@bf16":
         loaded = get_model("default", str(target.device), "bfloat16")
+    elif is_distilled_draft(spec):  # shares the target's input embedding, runs in the target's dtype
+        loaded = get_distilled_draft(spec, target)
     else:
         loaded = get_model(spec, str(target.device), str(target.dtype).removeprefix("torch."))
     check_tokenizers_agree(target.tokenizer, loaded.tokenizer)

@@ -1,0 +1,873 @@
+"""Distil a tiny draft for a target: generate data with the target, train, evaluate, save.
+
+    python -m specviz distill --target default --out DIR [--samples N --steps N --vocab N ...]
+
+1. data      the target answers diverse built-in prompts (specviz.promptgen) through the engine's
+             regular decoding (half greedy, half sampled); every emitted token keeps the target's
+             top-k logits at that position (free: the engine computed them), so training gets
+             soft labels without another target pass. JSONL shards, resumable.
+2. draft     a LlamaForCausalLM at the target's width: the first L target layers as the start,
+             the target's *frozen input embedding* (shared at load time, never stored), and an
+             output head over only the ``--vocab`` tokens the target emits most (the vocabulary
+             map). Tokens outside the map get logit -inf: never proposed, so the acceptance rule
+             simply rejects where the target wants one of them.
+3. training  soft cross-entropy to the target's top-k distribution renormalised over the map
+             (= forward KL up to a constant); the checkpoint with the best held-out top-1
+             agreement (= greedy acceptance at k = 1, teacher-forced) is kept.
+4. report    held-out greedy acceptance through the engine at k = 1..4, the cost ratio c from
+             real forward timings at B = 1 and 8, the predicted speedup (specviz.analytic).
+
+Saved layout (Hugging Face style; the target's embedding is *not* stored):
+    DIR/config.json          LlamaConfig: vocab_size = the target's, tie_word_embeddings = false
+    DIR/model.safetensors    the draft's own weights in bf16; lm_head.weight is [n_map, hidden]
+    DIR/specviz_draft.json   {"format", "target", "embedding": "from_target", "vocab_map": [ids]...}
+    DIR/tokenizer files, report.json, README.md
+Load it with :func:`load_distilled_draft` (it needs the loaded target for the embedding).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .models import LoadedModel, SpecvizError
+
+DRAFT_FORMAT = "specviz-distilled-draft"
+DRAFT_FILE = "specviz_draft.json"
+SAMPLE_TEMPERATURE = 0.8  # temperature of the sampled half of the data
+
+
+# =============================================================================================
+# The draft: LlamaForCausalLM + the target's embedding + a head over a vocabulary map
+
+
+class MappedHead(nn.Module):
+    """Linear(hidden -> n_map) scattered into the full target vocabulary; unmapped tokens = -inf.
+
+    ``forward`` gives [..., V] logits, so the draft plugs into RaggedCache / ModelDraft like any
+    causal LM; ``reduced`` gives the [..., n_map] logits training uses.
+    """
+
+    def __init__(self, hidden: int, vocab_map: list[int], vocab_size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(len(vocab_map), hidden))  # [n_map, hidden]
+        self.register_buffer("vocab_map", torch.as_tensor(vocab_map, dtype=torch.long), persistent=False)  # [n_map]
+        self.vocab_size = vocab_size
+
+    def reduced(self, h: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(h, self.weight)  # [..., n_map]
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        r = self.reduced(h)  # [B, T, n_map]
+        out = r.new_full((*r.shape[:-1], self.vocab_size), float("-inf"))  # [B, T, V]
+        return out.index_copy_(-1, self.vocab_map, r)
+
+
+def draft_config(target_config, layers: int):
+    from transformers import LlamaConfig
+
+    if getattr(target_config, "model_type", None) != "llama":
+        raise SpecvizError(f"distill supports llama-style targets (got model_type {target_config.model_type!r})")
+    d = target_config.to_dict()
+    for key in ("layer_types", "quantization_config", "_name_or_path", "_model_name_or_path", "architectures"):
+        d.pop(key, None)
+    d.update(num_hidden_layers=layers, tie_word_embeddings=False, architectures=["LlamaForCausalLM"])
+    return LlamaConfig(**d)
+
+
+def build_draft(config, embedding: nn.Embedding, vocab_map: list[int]):
+    """A LlamaForCausalLM whose embed_tokens is ``embedding`` (frozen) and lm_head a MappedHead."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM(config)
+    model.model.embed_tokens = embedding
+    embedding.weight.requires_grad_(False)
+    model.lm_head = MappedHead(config.hidden_size, vocab_map, config.vocab_size)
+    return model
+
+
+def init_from_target(draft, target_model, layer_ids: list[int]) -> None:
+    """Start from target layers ``layer_ids``, its final norm, and its output rows for the map."""
+    src = target_model.model
+    with torch.no_grad():
+        for dst, i in zip(draft.model.layers, layer_ids):
+            dst.load_state_dict(src.layers[i].state_dict())
+        draft.model.norm.load_state_dict(src.norm.state_dict())
+        out = target_model.get_output_embeddings().weight  # [V, hidden] (tied: the embedding)
+        draft.lm_head.weight.copy_(out[draft.lm_head.vocab_map].float())
+
+
+def own_state_dict(draft) -> dict[str, torch.Tensor]:
+    """The draft's own weights (everything but the shared embedding), bf16, HF key names."""
+    sd = {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
+    return {k: v.detach().to(torch.bfloat16).contiguous() for k, v in sd.items()}
+
+
+def embedding_fingerprint(embedding: nn.Embedding) -> float:
+    """A cheap check that a target's embedding is the one the draft was trained on."""
+    return float(embedding.weight.detach()[:512].float().abs().mean())
+
+
+def save_draft(draft, out: Path, target, vocab_map: list[int], extra: dict | None = None) -> None:
+    from safetensors.torch import save_file
+
+    import copy
+
+    out.mkdir(parents=True, exist_ok=True)
+    config = copy.deepcopy(draft.config)
+    config.dtype = torch.bfloat16  # what the safetensors hold, whatever precision training ran in
+    config.to_json_file(out / "config.json")
+    save_file(own_state_dict(draft), str(out / "model.safetensors"), metadata={"format": "pt"})
+    meta = {"format": DRAFT_FORMAT, "version": 1, "target": target.spec, "target_name": target.name,
+            "embedding": "from_target", "embedding_fingerprint": embedding_fingerprint(target.model.get_input_embeddings()),
+            "vocab_size": int(draft.config.vocab_size), "vocab_map": [int(t) for t in vocab_map], **(extra or {})}
+    (out / DRAFT_FILE).write_text(json.dumps(meta))
+    try:
+        target.tokenizer.save_pretrained(out)
+    except Exception:  # a tokenizer without save support: the draft still loads from the target's
+        pass
+
+
+def is_distilled_draft(spec: str) -> bool:
+    """True for a directory written by :func:`save_draft` (it has a specviz_draft.json)."""
+    return (Path(spec).expanduser() / DRAFT_FILE).is_file()
+
+
+_loaded: dict = {}
+
+
+def get_distilled_draft(path, target) -> "DistilledDraft":
+    """:func:`load_distilled_draft`, cached per (directory, its weights' mtime, target)."""
+    p = Path(path).expanduser().resolve()
+    key = (str(p), (p / "model.safetensors").stat().st_mtime_ns if (p / "model.safetensors").exists() else 0,
+           id(target.model))
+    if key not in _loaded:
+        _loaded[key] = load_distilled_draft(path, target)
+    return _loaded[key]
+
+
+class DistilledDraft(LoadedModel):
+    @property
+    def weight_bytes(self) -> int:
+        # A forward reads only B x T rows of the shared embedding, not the whole table.
+        emb = self.model.get_input_embeddings().weight
+        return super().weight_bytes - emb.numel() * emb.element_size()
+
+
+def load_distilled_draft(path, target) -> DistilledDraft:
+    """Load a distilled draft for a loaded target (whose input embedding it shares)."""
+    from safetensors.torch import load_file
+
+    p = Path(path).expanduser()
+    try:
+        meta = json.loads((p / DRAFT_FILE).read_text())
+    except (OSError, ValueError) as e:
+        raise SpecvizError(f"{path} is not a distilled draft: cannot read {DRAFT_FILE} ({e})") from None
+    if meta.get("format") != DRAFT_FORMAT or meta.get("embedding") != "from_target":
+        raise SpecvizError(f"{path}/{DRAFT_FILE}: unknown format {meta.get('format')!r}")
+    from transformers import LlamaConfig
+
+    config = LlamaConfig.from_pretrained(p)
+    emb = target.model.get_input_embeddings()
+    V = target.model.config.vocab_size
+    if meta["vocab_size"] != V or emb.weight.shape != (V, config.hidden_size):
+        raise SpecvizError(f"draft {path} belongs to a target with vocabulary {meta['vocab_size']} and width "
+                           f"{config.hidden_size}; this target has {V} and {emb.weight.shape[1]}")
+    fp = embedding_fingerprint(emb)
+    if not math.isclose(fp, meta["embedding_fingerprint"], rel_tol=2e-2):
+        raise SpecvizError(f"draft {path} was trained for target {meta['target']!r}: this target's embedding differs")
+    model = build_draft(config, emb, meta["vocab_map"])
+    sd = load_file(str(p / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if not k.startswith("model.embed_tokens.")]
+    if missing or unexpected:
+        raise SpecvizError(f"draft {path}: weights do not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model.to(device=target.device, dtype=target.dtype).eval()
+    model.model.embed_tokens = emb  # .to() may have copied it when dtypes differed: share again
+    return DistilledDraft(spec=str(path), name=f"{p.name} (distilled)", model=model, tokenizer=target.tokenizer,
+                          device=target.device, dtype=target.dtype)
+
+
+# =============================================================================================
+# Data: the target's own outputs with its top-k logits per output token (JSONL shards)
+
+
+def _enc(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()
+
+
+def _dec(s: str, dtype, k: int) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(s), dtype=dtype).reshape(-1, k)
+
+
+class _TopkRecorder:
+    """An accept_fn that keeps the target's top-k logits of every step, then accepts as usual."""
+
+    def __init__(self, k: int):
+        self.k, self.last = k, None
+
+    def __call__(self, logits, drafts, n, u, params, q):
+        from .sampling import accept_reference
+
+        vals, ids = logits[:, 0].float().topk(self.k, dim=-1)  # [B, K] (regular decoding: 1 slot)
+        self.last = (ids.cpu().numpy().astype(np.uint16 if logits.shape[-1] <= 65536 else np.int32),
+                     vals.cpu().numpy().astype(np.float16))
+        return accept_reference(logits, drafts, n, u, params, q)
+
+
+def _decode_batch(target, prompts, ids, temperature: float, max_new: int, topk: int, seed: int):
+    from .controllers import Fixed
+    from .engine import SpecDecoder
+    from .sampling import SamplingParams
+
+    rec = _TopkRecorder(topk)
+    dec = SpecDecoder(target, None, Fixed(0), prompts, ids, SamplingParams(temperature=temperature), max_new, seed,
+                      accept_fn=rec)
+    labels = [[] for _ in prompts]
+    for step in dec.steps():
+        active = [r for r in step["rows"] if r["active"]]  # same order as the recorder's rows
+        for j, r in enumerate(active):
+            if r["emitted"]:
+                labels[r["index"]].append((rec.last[0][j], rec.last[1][j]))
+    return dec.rows, labels
+
+
+def generate_data(target, prompts: list[str], data: Path, name: str, max_new: int, batch_size: int, topk: int,
+                  seed: int, greedy_every: int = 2, deadline: float | None = None, worker: int = 0, workers: int = 1,
+                  desc: str = "data") -> None:
+    """Answer ``prompts`` with the target into ``data/name-<worker>.jsonl``, skipping samples any
+    ``name-*.jsonl`` shard already holds. Worker w of W takes batches j = w (mod W).
+
+    Batch j is greedy when j % greedy_every == 0, else sampled at SAMPLE_TEMPERATURE; its seed
+    is seed*1000 + j, so a resumed run writes what an uninterrupted one would (same batch size).
+    Stops before a batch that would end after ``deadline`` (time.time() seconds), judged by the
+    previous batch's duration.
+    """
+    from tqdm import tqdm
+
+    from .runner import encode_prompts
+
+    done = {(s["sample"], s["prompt"]) for s in read_samples(sorted(data.glob(f"{name}-*.jsonl")))}
+    batches = [list(range(j, min(len(prompts), j + batch_size))) for j in range(0, len(prompts), batch_size)]
+    todo = [(j, idx) for j, idx in enumerate(batches)
+            if j % workers == worker and any((i, prompts[i]) not in done for i in idx)]
+    if not todo:
+        return
+    label = desc if workers == 1 else f"{desc} (1 of {workers} workers)"
+    bar = tqdm(total=sum(len(idx) for _, idx in todo) * max_new, desc=label, unit="tok", file=sys.stderr,
+               smoothing=0.1, mininterval=2, disable=worker > 0)  # one bar: worker 0's share
+    last_s = 0.0
+    with open(data / f"{name}-{worker}.jsonl", "a") as f:
+        for j, idx in todo:
+            t = time.time()
+            if deadline is not None and t + last_s > deadline:
+                if worker == 0:
+                    _log(f"{desc}: generation budget reached")
+                break
+            batch = [prompts[i] for i in idx]
+            temperature = 0.0 if j % greedy_every == 0 else SAMPLE_TEMPERATURE
+            rows, labels = _decode_batch(target, batch, encode_prompts(target.tokenizer, batch), temperature,
+                                         max_new, topk, seed * 1000 + j)
+            bar.update(len(idx) * max_new)
+            for i, r, lab in zip(idx, rows, labels):
+                if (i, prompts[i]) in done:
+                    continue
+                rec = {"sample": i, "prompt": r.prompt, "temperature": temperature, "prompt_ids": r.prompt_ids,
+                       "output_ids": r.output, "finish_reason": r.finish_reason, "topk": topk,
+                       "ids_dtype": str(lab[0][0].dtype), "topk_ids": _enc(np.stack([a for a, _ in lab])),
+                       "topk_logits": _enc(np.stack([b for _, b in lab]))}
+                f.write(json.dumps(rec) + "\n")
+            f.flush()
+            last_s = time.time() - t
+    bar.close()
+
+
+def _gen_worker(job: dict, worker: int) -> None:
+    """One data-generation process: its own target copy on one thread (steady on a busy CPU)."""
+    import transformers
+
+    from .runner import get_model
+
+    torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    kwargs = {**job["kwargs"], "data": Path(job["kwargs"]["data"])}
+    generate_data(get_model(job["spec"], job["device"], job["dtype"]), worker=worker, **kwargs)
+
+
+_WORKER = "import json, sys; from specviz.distill import _gen_worker; _gen_worker(json.load(sys.stdin), int(sys.argv[1]))"
+
+
+def generate_parallel(target, workers: int, **kwargs) -> None:
+    """generate_data in this process (workers = 1) or in ``workers`` single-thread subprocesses.
+
+    Plain subprocesses, not multiprocessing: they work whatever the caller's __main__ is.
+    """
+    if workers <= 1:
+        generate_data(target, **kwargs)
+        return
+    done = {(s["sample"], s["prompt"]) for s in read_samples(sorted(kwargs["data"].glob(f"{kwargs['name']}-*.jsonl")))}
+    if all((i, p) in done for i, p in enumerate(kwargs["prompts"])):
+        return  # nothing to resume: do not start processes
+    import subprocess
+
+    job = json.dumps({"spec": target.spec, "device": str(target.device), "dtype": str(target.dtype).removeprefix("torch."),
+                      "kwargs": {**kwargs, "data": str(kwargs["data"]), "workers": workers}})
+    root = str(Path(__file__).resolve().parents[1])  # so the children import this specviz
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    procs = []
+    try:
+        for w in range(workers):
+            procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, str(w)], stdin=subprocess.PIPE, env=env, text=True))
+            procs[-1].stdin.write(job)
+            procs[-1].stdin.close()
+        codes = [p.wait() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+    if any(codes):
+        raise SpecvizError(f"a data-generation worker failed (exit codes {codes}); rerun the same command to resume")
+
+
+def read_samples(paths) -> list[dict]:
+    """Samples from JSONL files; a torn last line (an interrupted write) is skipped."""
+    out = []
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            try:
+                s = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            k = s["topk"]
+            s["topk_ids"] = _dec(s["topk_ids"], np.dtype(s.get("ids_dtype", "uint16")), k).astype(np.int64)
+            s["topk_logits"] = _dec(s["topk_logits"], np.float16, k).astype(np.float32)
+            out.append(s)
+    return out
+
+
+def build_vocab_map(samples: list[dict], size: int, vocab_size: int, always=()) -> list[int]:
+    """The ``size`` tokens the target emits most (outputs + its top-1 predictions), ``always``
+    first (EOS...), ties and the remainder filled by ascending id (BPE ids roughly follow
+    frequency). Sorted ascending."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for s in samples:
+        np.add.at(counts, np.asarray(s["output_ids"], dtype=np.int64), 1)
+        np.add.at(counts, s["topk_ids"][:, 0], 1)
+    order = np.lexsort((np.arange(vocab_size), -counts))  # most frequent first, then lower id
+    chosen = [int(t) for t in always if 0 <= t < vocab_size]
+    seen = set(chosen)
+    for t in order:
+        if len(chosen) >= size:
+            break
+        if int(t) not in seen:
+            chosen.append(int(t))
+            seen.add(int(t))
+    return sorted(chosen)
+
+
+# =============================================================================================
+# Training
+
+
+def _tensors(samples, vocab_map: list[int], vocab_size: int) -> list[dict]:
+    """Per sample: inputs (prompt + outputs but the last), label positions, soft labels on the map."""
+    inv = torch.full((vocab_size,), -1, dtype=torch.long)
+    inv[torch.as_tensor(vocab_map)] = torch.arange(len(vocab_map))
+    out = []
+    for s in samples:
+        n = len(s["output_ids"])
+        if n == 0:
+            continue
+        P = len(s["prompt_ids"])
+        ids = torch.as_tensor(s["prompt_ids"] + s["output_ids"][:-1], dtype=torch.long)  # [P + n - 1]
+        top = inv[torch.as_tensor(s["topk_ids"])]  # [n, K] map index or -1
+        p = torch.softmax(torch.as_tensor(s["topk_logits"]), dim=-1) * (top >= 0)  # [n, K] in-map mass only
+        mass = p.sum(-1, keepdim=True)
+        out.append({"ids": ids, "first": P - 1, "idx": top.clamp(min=0), "p": p / mass.clamp(min=1e-9),
+                    "w": (mass.squeeze(-1) > 0).float(), "top1": top[:, 0]})  # top1 = -1: outside the map
+    return out
+
+
+def _collate(items: list[dict]):
+    T = max(len(x["ids"]) for x in items)
+    ids = torch.zeros(len(items), T, dtype=torch.long)
+    mask = torch.zeros(len(items), T, dtype=torch.long)
+    rows, cols = [], []
+    for b, x in enumerate(items):
+        L, n = len(x["ids"]), len(x["p"])
+        ids[b, :L], mask[b, :L] = x["ids"], 1  # right padding: positions 0..L-1 stay right
+        rows.append(torch.full((n,), b))
+        cols.append(torch.arange(x["first"], x["first"] + n))
+    cat = lambda key: torch.cat([x[key] for x in items])  # noqa: E731
+    return ids, mask, torch.cat(rows), torch.cat(cols), cat("idx"), cat("p"), cat("w"), cat("top1")
+
+
+def _loss(draft, batch, autocast: bool):
+    device = draft.lm_head.weight.device
+    ids, mask, rows, cols, idx, p, w, top1 = (x.to(device) for x in batch)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        h = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, T, hidden]
+        z = draft.lm_head.reduced(h[rows, cols])  # [N, n_map] only labelled positions
+    logq = torch.log_softmax(z.float(), dim=-1)  # [N, n_map]
+    ce = -(p * logq.gather(-1, idx)).sum(-1)  # [N] soft cross-entropy = KL(p || q) + H(p)
+    loss = (ce * w).sum() / w.sum().clamp(min=1)
+    agree = (z.argmax(-1) == top1).float()  # [N] greedy agreement with the target's top-1
+    return loss, agree.sum().item(), len(agree)
+
+
+def _batches(data, batch_size: int, g: torch.Generator):
+    """Endless length-bucketed batches: shuffle, sort chunks of 32 batches by length, shuffle batches."""
+    while True:
+        perm = torch.randperm(len(data), generator=g).tolist()
+        chunk = 32 * batch_size
+        batches = []
+        for c in range(0, len(perm), chunk):
+            part = sorted(perm[c:c + chunk], key=lambda i: len(data[i]["ids"]))
+            batches += [part[i:i + batch_size] for i in range(0, len(part), batch_size)]
+        for bi in torch.randperm(len(batches), generator=g).tolist():
+            yield [data[i] for i in batches[bi]]
+
+
+@torch.no_grad()
+def evaluate_agreement(draft, data, batch_size: int = 16, autocast: bool = True) -> dict:
+    """Teacher-forced on held-out target outputs: top-1 agreement (= greedy alpha at k = 1) and loss."""
+    draft.eval()
+    agree = n = 0
+    loss_sum = 0.0
+    for i in range(0, len(data), batch_size):
+        loss, a, m = _loss(draft, _collate(data[i:i + batch_size]), autocast)
+        agree, n, loss_sum = agree + a, n + m, loss_sum + loss.item() * m
+    draft.train()
+    return {"agreement": agree / max(n, 1), "loss": loss_sum / max(n, 1), "positions": n}
+
+
+def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, seed: int, budget_s: float,
+          weight_decay: float = 0.05, warmup: int = 30, eval_every: int = 100, autocast: bool = True, log=None) -> dict:
+    """AdamW, linear warmup then cosine to 10% over max(step/steps, elapsed/budget); keeps the best
+    held-out checkpoint. Returns the history."""
+    from tqdm import tqdm
+
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    g = torch.Generator().manual_seed(seed)
+    it = _batches(train_data, batch_size, g)
+    draft.train()
+    best = {"agreement": -1.0}
+    best_state = None
+    hist = {"loss": [], "val": []}
+    t0 = time.perf_counter()
+    bar = tqdm(total=steps, desc="train", file=sys.stderr, mininterval=2)
+    step = 0
+
+    def checkpoint():
+        nonlocal best, best_state
+        v = evaluate_agreement(draft, val_data, autocast=autocast) if val_data else {"agreement": 0.0, "loss": 0.0}
+        v.update(step=step, elapsed_s=time.perf_counter() - t0)
+        hist["val"].append(v)
+        if v["agreement"] > best["agreement"]:
+            best, best_state = v, {k: t.detach().clone() for k, t in draft.state_dict().items()
+                                   if not k.startswith("model.embed_tokens.")}
+        if log:
+            recent = f"{np.mean(hist['loss'][-eval_every:]):.3f}" if hist["loss"] else "-"
+            log(f"step {step}: train loss {recent}  held-out agreement {v['agreement']:.3f}  loss {v['loss']:.3f}")
+
+    checkpoint()  # the starting point (target layers) is a candidate too
+    while step < steps:
+        progress = max(step / steps, (time.perf_counter() - t0) / budget_s)
+        if progress >= 1:
+            break
+        scale = min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        for group in opt.param_groups:
+            group["lr"] = lr * scale
+        loss, _, _ = _loss(draft, _collate(next(it)), autocast)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        hist["loss"].append(loss.item())
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{np.mean(hist['loss'][-20:]):.3f}")
+        if step % eval_every == 0:
+            checkpoint()
+    bar.close()
+    if not hist["val"] or hist["val"][-1]["step"] != step:
+        checkpoint()
+    if best_state is not None and val_data:  # without held-out data the last weights are kept
+        draft.load_state_dict(best_state, strict=False)
+    if not val_data:
+        best = hist["val"][-1]
+    draft.eval()
+    return {"steps": step, "train_s": time.perf_counter() - t0, "best": best, **hist}
+
+
+# =============================================================================================
+# Evaluation: acceptance through the engine, cost ratio from real forwards, predicted speedup
+
+
+def eval_acceptance(target, proposer, prompts: list[str], ks, max_new: int, batch_size: int) -> dict:
+    """Greedy speculative decoding on ``prompts`` at each k; acceptance, fitted alpha, tokens/s."""
+    from .controllers import Fixed
+    from .engine import SpecDecoder
+    from .runner import encode_prompts
+    from .sampling import SamplingParams
+    from .sweep import alpha_from_accepted
+
+    ids = encode_prompts(target.tokenizer, prompts)
+    out = {}
+    for k in [0, *ks]:
+        drafted = accepted = row_steps = tokens = 0
+        wall = 0.0
+        outputs = []
+        for i in range(0, len(prompts), batch_size):
+            dec = SpecDecoder(target, proposer if k else None, Fixed(k), prompts[i:i + batch_size], ids[i:i + batch_size],
+                              SamplingParams(), max_new)
+            t = time.perf_counter()
+            for s in dec.steps():
+                for r in s["rows"]:
+                    if r["active"]:
+                        drafted, accepted, row_steps = drafted + r["drafted"], accepted + r["accepted"], row_steps + 1
+            wall += time.perf_counter() - t
+            tokens += sum(len(r.output) for r in dec.rows)
+            outputs += [r.output for r in dec.rows]
+        cell = {"tokens": tokens, "tokens_per_s": tokens / wall, "outputs": outputs}
+        if k:
+            cell.update(acceptance_rate=accepted / max(drafted, 1), mean_accepted=accepted / max(row_steps, 1),
+                        mean_acceptance_length=1 + accepted / max(row_steps, 1),
+                        alpha=alpha_from_accepted(accepted / max(row_steps, 1), k),
+                        measured_speedup=cell["tokens_per_s"] / out[0]["tokens_per_s"])
+        out[k] = cell
+    return out
+
+
+def cost_ratio(target, draft, batch_sizes=(1, 8), prefix_len: int = 128, rounds: int = 3) -> dict:
+    """c = T_draft(b, 1) / T_target(b, 1) from real forwards over a cached prefix (median of
+    interleaved rounds, so drift hits both models alike)."""
+    from .calibrate import time_forward
+
+    out = {}
+    for b in batch_sizes:
+        td, tt = [], []
+        for _ in range(rounds):
+            tt.append(time_forward(target, b, 1, prefix_len, repeats=3))
+            td.append(time_forward(draft, b, 1, prefix_len, repeats=3))
+        out[b] = {"t_target_ms": 1e3 * float(np.median(tt)), "t_draft_ms": 1e3 * float(np.median(td)),
+                  "c": float(np.median(td) / np.median(tt))}
+    return out
+
+
+def predicted_speedups(alpha: float, c: float, k_max: int = 8) -> dict:
+    from .analytic import optimal_k_batch1, speedup_batch1
+
+    k_star = optimal_k_batch1(alpha, c, k_max=k_max)
+    return {"alpha": alpha, "c": c, "k_star": k_star, "speedup_at_k_star": speedup_batch1(alpha, k_star, c),
+            "speedup_by_k": {k: speedup_batch1(alpha, k, c) for k in range(1, k_max + 1)}}
+
+
+# =============================================================================================
+# The command: python -m specviz distill ...
+
+
+def add_distill_parser(sub) -> None:
+    p = sub.add_parser("distill", help="distil a tiny draft for a target (generate data, train, evaluate, save)")
+    p.add_argument("--target", default="default", help="target model SPEC")
+    p.add_argument("--out", required=True, metavar="DIR", help="where the draft, report.json and README.md go")
+    p.add_argument("--data", metavar="DIR", help="data shards (default OUT/data); reruns resume and reuse them")
+    p.add_argument("--samples", type=int, default=2000, help="training prompts the target answers")
+    p.add_argument("--val-samples", type=int, default=64, help="held-out prompts answered greedily (checkpoint choice)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per generated answer")
+    p.add_argument("--gen-batch-size", type=int, default=32, help="rows per data-generation batch")
+    p.add_argument("--gen-budget-min", type=float, default=None, help="stop generating after this many minutes")
+    p.add_argument("--gen-workers", type=int, default=0,
+                   help="data-generation processes, one thread each (0 = auto: up to 4 on CPU, 1 on CUDA); on a busy "
+                        "2-core CPU, 2 workers x 1 thread ran 3x faster than 1 x 2 threads")
+    p.add_argument("--topk", type=int, default=32, help="target logits kept per token (soft labels)")
+    p.add_argument("--steps", type=int, default=3000, help="training steps (the time budget may stop it earlier)")
+    p.add_argument("--batch-size", type=int, default=16, help="sequences per training step")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--vocab", type=int, default=8192, help="output vocabulary of the draft (most emitted tokens)")
+    p.add_argument("--layers", type=int, default=2, help="draft depth (layers at the target's width)")
+    p.add_argument("--init-layers", default="first", help="'first' or comma-separated target layer ids to start from")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-budget-min", type=float, default=15.0, help="training wall-clock budget in minutes")
+    p.add_argument("--eval-every", type=int, default=100, help="steps between held-out checkpoints")
+    p.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts for the engine evaluation")
+    p.add_argument("--eval-max-new-tokens", type=int, default=64)
+    p.add_argument("--eval-ks", default="1,2,3,4", help="draft lengths to evaluate")
+    p.add_argument("--no-freeform", action="store_true", help="skip the hand-written (free-form) held-out set")
+    p.add_argument("--cost-rounds", type=int, default=3, help="interleaved timing rounds for the cost ratio")
+    p.add_argument("--cost-prefix-len", type=int, default=128, help="cached prefix per row when timing c")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads for training and evaluation (0 = torch's default); on a shared 2-core CPU 1 is "
+                        "steady while 2 stalled up to 10x under load, but 2 is ~2x faster on an idle machine")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="target dtype for data generation and evaluation")
+    p.set_defaults(func=cmd_distill)
+
+
+def _log(msg: str) -> None:
+    print(f"[distill] {msg}", file=sys.stderr, flush=True)
+
+
+def _check_data_meta(data: Path, meta: dict) -> None:
+    path = data / "meta.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        diff = {k: (old.get(k), v) for k, v in meta.items() if old.get(k) != v}
+        if diff:
+            raise SpecvizError(f"data in {data} was made with other settings {diff}: pass another --data directory")
+    data.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(meta))
+
+
+def _layer_ids(spec: str, layers: int, n_target: int) -> list[int]:
+    if spec == "first":
+        ids = list(range(layers))
+    else:
+        try:
+            ids = [int(x) for x in spec.split(",")]
+        except ValueError:
+            raise SpecvizError(f"--init-layers wants 'first' or comma-separated ids (got {spec!r})") from None
+    if len(ids) != layers or not all(0 <= i < n_target for i in ids):
+        raise SpecvizError(f"--init-layers needs {layers} ids in 0..{n_target - 1} (got {spec!r})")
+    return ids
+
+
+def _outside_rate(outputs: list[list[int]], vocab_map: list[int]) -> float:
+    m = set(vocab_map)
+    toks = [t for o in outputs for t in o]
+    return sum(t not in m for t in toks) / max(len(toks), 1)
+
+
+def _validate(a) -> list[int]:
+    if a.gen_workers < 0:
+        raise SpecvizError(f"--gen-workers must be 0 (auto) or more (got {a.gen_workers})")
+    for name in ("samples", "max_new_tokens", "gen_batch_size", "topk", "batch_size", "vocab", "layers", "eval_prompts",
+                 "eval_max_new_tokens"):
+        if getattr(a, name) < 1:
+            raise SpecvizError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(a, name)})")
+    if a.steps < 0 or a.val_samples < 0 or a.time_budget_min <= 0:
+        raise SpecvizError("--steps and --val-samples must be >= 0 and --time-budget-min > 0")
+    try:
+        ks = [int(x) for x in a.eval_ks.split(",") if x.strip()]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 1:
+        raise SpecvizError(f"--eval-ks wants comma-separated draft lengths >= 1 (got {a.eval_ks!r})")
+    return ks
+
+
+def cmd_distill(a) -> int:
+    from .drafts import ModelDraft
+    from .engine import eos_token_ids
+    from .promptgen import freeform_prompts, heldout_prompts, training_prompts
+    from .runner import get_model
+
+    ks = _validate(a)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t_start = time.perf_counter()
+    out = Path(a.out).expanduser()
+    data = Path(a.data).expanduser() if a.data else out / "data"
+    target = get_model(a.target, a.device, a.dtype)
+    V = target.model.config.vocab_size
+    if a.vocab > V:
+        raise SpecvizError(f"--vocab {a.vocab} exceeds the target's vocabulary ({V})")
+    dtype_name = str(target.dtype).removeprefix("torch.")
+    _check_data_meta(data, {"target": a.target, "dtype": dtype_name, "max_new_tokens": a.max_new_tokens, "topk": a.topk,
+                            "seed": a.seed, "gen_batch_size": a.gen_batch_size})
+
+    # ---- 1. data
+    t0 = time.perf_counter()
+    train_prompts = training_prompts(a.samples, a.seed)
+    val_prompts = heldout_prompts(a.val_samples, seed=1) if a.val_samples else []
+    eval_prompts = [p for p in heldout_prompts(a.eval_prompts + len(val_prompts), seed=2) if p not in set(val_prompts)]
+    eval_prompts = eval_prompts[: a.eval_prompts]
+    if not a.gen_workers:
+        a.gen_workers = 1 if target.device.type == "cuda" else max(1, min(4, os.cpu_count() or 1))
+    common = dict(data=data, max_new=a.max_new_tokens, batch_size=a.gen_batch_size, topk=a.topk)
+    if val_prompts:
+        generate_parallel(target, a.gen_workers, prompts=val_prompts, name="val", seed=a.seed + 1, greedy_every=1,
+                          desc="held-out data", **common)
+    deadline = time.time() + 60 * a.gen_budget_min if a.gen_budget_min else None
+    generate_parallel(target, a.gen_workers, prompts=train_prompts, name="train", seed=a.seed, deadline=deadline,
+                      desc="training data", **common)
+    gen_s = time.perf_counter() - t0
+    train_samples = [s for s in read_samples(sorted(data.glob("train-*.jsonl")))
+                     if s["sample"] < a.samples and s["prompt"] == train_prompts[s["sample"]]]
+    train_samples = list({s["sample"]: s for s in reversed(train_samples)}.values())  # one per sample
+    train_samples.sort(key=lambda s: s["sample"])  # worker interleaving must not change training
+    val_samples = sorted(read_samples(sorted(data.glob("val-*.jsonl"))), key=lambda s: s["sample"]) if val_prompts else []
+    if not train_samples:
+        raise SpecvizError("no training data was generated (raise --gen-budget-min or --samples)")
+    n_tokens = sum(len(s["output_ids"]) for s in train_samples)
+    _log(f"data: {len(train_samples)} samples, {n_tokens} target tokens ({gen_s:.0f} s)")
+
+    # ---- 2. draft
+    torch.manual_seed(a.seed)
+    eos = sorted(eos_token_ids(target))
+    vocab_map = build_vocab_map(train_samples, a.vocab, V, always=eos)
+    config = draft_config(target.model.config, a.layers)
+    layer_ids = _layer_ids(a.init_layers, a.layers, target.model.config.num_hidden_layers)
+    emb_w = target.model.get_input_embeddings().weight.detach().float()  # frozen, as the target's dtype rounds it
+    draft = build_draft(config, nn.Embedding.from_pretrained(emb_w.clone(), freeze=True), vocab_map)
+    draft.float().to(target.device)  # fp32 master weights; the forward runs under bf16 autocast
+    init_from_target(draft, target.model, layer_ids)
+    own = sum(p.numel() for n, p in draft.named_parameters() if not n.startswith("model.embed_tokens."))
+    _log(f"draft: {a.layers} layers (from target layers {layer_ids}), vocab {len(vocab_map)}, {own / 1e6:.1f}M own params")
+
+    # ---- 3. training
+    train_data = _tensors(train_samples, vocab_map, V)
+    val_data = _tensors(val_samples, vocab_map, V)
+    hist = train(draft, train_data, val_data, a.steps, a.batch_size, a.lr, a.seed, 60 * a.time_budget_min,
+                 weight_decay=a.weight_decay, eval_every=a.eval_every, log=_log)
+    _log(f"trained {hist['steps']} steps in {hist['train_s']:.0f} s; best held-out agreement "
+         f"{hist['best']['agreement']:.3f} (step {hist['best']['step']})")
+
+    # ---- 4. save, reload as a draft SPEC would, evaluate
+    save_draft(draft, out, target, vocab_map, extra={"layers": a.layers, "init_layers": layer_ids})
+    t_eval = time.perf_counter()
+    loaded = load_distilled_draft(out, target)
+    proposer = ModelDraft(loaded, vocab_size=V)
+    _log(f"evaluating on {len(eval_prompts)} held-out prompts at k = {ks}")
+    held = eval_acceptance(target, proposer, eval_prompts, ks, a.eval_max_new_tokens, 8)
+    free = None if a.no_freeform else eval_acceptance(target, proposer, freeform_prompts(a.eval_prompts), ks,
+                                                          a.eval_max_new_tokens, 8)
+    costs = cost_ratio(target, loaded, (1, 8), prefix_len=a.cost_prefix_len, rounds=a.cost_rounds)
+    eval_s = time.perf_counter() - t_eval
+
+    report = _report(a, target, loaded, own, layer_ids, vocab_map, train_samples, val_samples, n_tokens, gen_s, hist,
+                     held, free, costs, ks, eval_s, time.perf_counter() - t_start)
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    text = format_report(report)
+    (out / "README.md").write_text(_readme(report, text))
+    print(text)
+    _log(f"draft written to {out} (use it as --draft {out})")
+    return 0
+
+
+def _acc_table(res: dict | None, ks, c: float) -> list[dict] | None:
+    from .analytic import speedup_batch1
+
+    if res is None:
+        return None
+    return [{"k": k, **{key: res[k][key] for key in ("acceptance_rate", "alpha", "mean_acceptance_length",
+                                                      "measured_speedup", "tokens")},
+             "predicted_speedup_batch1": speedup_batch1(res[k]["alpha"], k, c)} for k in ks]
+
+
+def _command(a) -> str:
+    """The full command with every option spelled out, so a rerun reproduces this one."""
+    import shlex
+
+    parts = ["python", "-m", "specviz", "distill"]
+    for key, v in vars(a).items():
+        if key in ("func", "cmd") or v is None or v is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        parts += [flag] if v is True else [flag, str(v)]
+    return " ".join(shlex.quote(x) for x in parts)
+
+
+def _report(a, target, loaded, own, layer_ids, vocab_map, train_samples, val_samples, n_tokens, gen_s, hist, held,
+            free, costs, ks, eval_s, total_s) -> dict:
+    c1 = costs[1]["c"]
+    alpha = held[ks[0]]["alpha"] if 1 not in ks else held[1]["acceptance_rate"]
+    val_out = [s["output_ids"] for s in val_samples]
+    return {
+        "command": _command(a),
+        "args": {k: v for k, v in vars(a).items() if k != "func"},
+        "target": {"spec": target.spec, "name": target.name, "dtype": str(target.dtype).removeprefix("torch."),
+                   "device": str(target.device)},
+        "draft": {"layers": a.layers, "init_layers": layer_ids, "vocab": len(vocab_map), "own_params": own,
+                  "own_bytes_bf16": 2 * own},
+        "data": {"train_samples": len(train_samples), "train_tokens": n_tokens, "val_samples": len(val_samples),
+                 "val_tokens": sum(map(len, val_out)), "generation_s": gen_s, "threads": torch.get_num_threads(),
+                 "outside_map_rate_heldout": _outside_rate(val_out, vocab_map) if val_out else None,
+                 "outside_map_rate_freeform": _outside_rate(free[0]["outputs"], vocab_map) if free else None},
+        "training": {"steps": hist["steps"], "train_s": hist["train_s"], "best": hist["best"],
+                     "loss_first": float(np.mean(hist["loss"][:10])) if hist["loss"] else None,
+                     "loss_last": float(np.mean(hist["loss"][-10:])) if hist["loss"] else None,
+                     "loss_curve": hist["loss"][:: max(1, len(hist["loss"]) // 200)], "val_curve": hist["val"]},
+        "cost_ratio": {str(b): v for b, v in costs.items()},
+        "heldout": _acc_table(held, ks, c1),
+        "freeform": _acc_table(free, ks, c1),
+        "predicted": predicted_speedups(alpha, c1),
+        "eval_s": eval_s,
+        "total_s": total_s,
+        "notes": "greedy, target dtype as above; held-out prompts use topic/task lists disjoint from training; "
+                 "timings on a shared CPU are noisy; measured_speedup is at B=8 (eval batch) vs regular decoding.",
+    }
+
+
+def format_report(r: dict) -> str:
+    d, t, c = r["draft"], r["training"], r["cost_ratio"]
+    lines = [
+        f"distilled draft for {r['target']['name']} ({r['target']['dtype']}, {r['target']['device']})",
+        f"  draft      {d['layers']} layers (init from target layers {d['init_layers']}), output vocabulary "
+        f"{d['vocab']}, {d['own_params'] / 1e6:.1f}M own params ({d['own_bytes_bf16'] / 2**20:.1f} MiB bf16)",
+        f"  data       {r['data']['train_samples']} samples, {r['data']['train_tokens']} target tokens "
+        f"({r['data']['generation_s']:.0f} s); held-out {r['data']['val_samples']} samples",
+        f"  outside    held-out tokens outside the map: {_pct(r['data']['outside_map_rate_heldout'])}, "
+        f"free-form: {_pct(r['data']['outside_map_rate_freeform'])}",
+        f"  training   {t['steps']} steps in {t['train_s']:.0f} s; loss {t['loss_first'] or 0:.3f} -> {t['loss_last'] or 0:.3f}; "
+        f"best held-out top-1 agreement {t['best']['agreement']:.3f} at step {t['best']['step']}",
+        f"  cost c     B=1: {c['1']['c']:.3f} ({c['1']['t_draft_ms']:.1f} / {c['1']['t_target_ms']:.1f} ms)   "
+        f"B=8: {c['8']['c']:.3f} ({c['8']['t_draft_ms']:.1f} / {c['8']['t_target_ms']:.1f} ms)",
+    ]
+    for name, rows in (("held-out (templated, disjoint topics)", r["heldout"]), ("free-form (hand-written)", r["freeform"])):
+        if not rows:
+            continue
+        lines.append(f"  {name}, greedy:")
+        lines.append(f"    {'k':>2} {'accept':>7} {'alpha':>6} {'tok/step':>8} {'predicted x':>11} {'measured x (B=8)':>16}")
+        for row in rows:
+            lines.append(f"    {row['k']:>2} {row['acceptance_rate']:>7.3f} {row['alpha']:>6.3f} "
+                         f"{row['mean_acceptance_length']:>8.2f} {row['predicted_speedup_batch1']:>11.2f} "
+                         f"{row['measured_speedup']:>16.2f}")
+    p = r["predicted"]
+    lines.append(f"  predicted  batch-1 speedup {p['speedup_at_k_star']:.2f}x at k* = {p['k_star']} "
+                 f"(alpha {p['alpha']:.3f}, c {p['c']:.3f}; specviz.analytic.speedup_batch1)")
+    lines.append(f"  total      {r['total_s'] / 60:.1f} min")
+    return "\n".join(lines)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _readme(r: dict, text: str) -> str:
+    return f"""# Distilled draft for {r['target']['name']}
+
+Made by specviz (`specviz/distill.py`):
+
+```
+{r['command']}
+```
+
+Use it: `python -m specviz run --draft {r['args']['out']} ...`, or from Python
+`specviz.distill.load_distilled_draft(DIR, target)` with the loaded target: the draft shares the
+target's input embedding, which is not stored here ("embedding": "from_target" in
+`specviz_draft.json`, next to the vocabulary map: the target token ids the output head covers,
+all others get logit -inf and are never proposed).
+
+```
+{text}
+```
+
+Files: `config.json` (LlamaConfig; vocab_size is the target's), `model.safetensors` (the draft's
+own weights, bf16; `lm_head.weight` is [n_map, hidden]), `specviz_draft.json`, tokenizer files,
+`report.json` (all numbers, loss and held-out curves). Weights are reproducible from the same
+data when `--steps` (not the time budget) ends training; timings on a shared CPU are noisy.
+"""

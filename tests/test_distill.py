@@ -1,0 +1,154 @@
+"""The distil command end to end on a tiny budget, and the saved draft used as a draft."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from specviz.distill import (DRAFT_FILE, add_distill_parser, build_vocab_map, is_distilled_draft,
+                             load_distilled_draft, read_samples)
+from specviz.drafts import ModelDraft
+from specviz.models import SpecvizError
+from specviz.promptgen import FREEFORM, HELDOUT_SLOTS, TRAIN_SLOTS, heldout_prompts, training_prompts
+from specviz.runner import encode_prompts, get_model
+from specviz.sampling import SamplingParams
+
+from fakes import decode, tiny_llama
+
+pytestmark = pytest.mark.slow  # the real default model, ~20 s for the module
+
+VOCAB = 512
+TINY = ["--samples", "6", "--val-samples", "2", "--max-new-tokens", "8", "--gen-batch-size", "3", "--steps", "30",
+        "--batch-size", "3", "--vocab", str(VOCAB), "--layers", "1", "--eval-every", "10", "--eval-prompts", "2",
+        "--eval-max-new-tokens", "8", "--eval-ks", "1,2", "--cost-rounds", "1", "--cost-prefix-len", "16", "--dtype", "float32", "--lr", "3e-3", "--gen-workers", "1",
+        "--no-freeform"]
+
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    add_distill_parser(p.add_subparsers(dest="cmd"))
+    return p.parse_args(["distill", *argv])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Two intra-op threads on a shared 2-core CPU stall each other (10x slower under load); one is steady.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return get_model("default", "cpu", "float32")
+
+
+@pytest.fixture(scope="module")
+def distilled(tmp_path_factory, target):
+    out = tmp_path_factory.mktemp("draft")
+    a = parse(["--out", str(out), *TINY])
+    assert a.func(a) == 0
+    return out, json.loads((out / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def draft(distilled, target):
+    return load_distilled_draft(distilled[0], target)
+
+
+def test_command_writes_draft_report_and_readme(distilled):
+    out, report = distilled
+    for name in ("config.json", "model.safetensors", DRAFT_FILE, "report.json", "README.md"):
+        assert (out / name).is_file(), name
+    assert is_distilled_draft(str(out))
+    assert report["data"]["train_samples"] == 6 and report["data"]["train_tokens"] > 0
+    assert [r["k"] for r in report["heldout"]] == [1, 2]
+    assert set(report["cost_ratio"]) == {"1", "8"} and report["cost_ratio"]["1"]["c"] > 0
+    assert "python -m specviz distill" in (out / "README.md").read_text()
+
+
+def test_training_loss_drops(distilled):
+    t = distilled[1]["training"]
+    assert t["steps"] == 30
+    assert t["loss_last"] < 0.8 * t["loss_first"]
+
+
+def test_saved_weights_exclude_the_target_embedding(distilled, target):
+    from safetensors import safe_open
+
+    with safe_open(str(distilled[0] / "model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+        assert not any("embed_tokens" in k for k in keys)
+        head = f.get_tensor("lm_head.weight")
+    assert head.dtype == torch.bfloat16 and head.shape == (VOCAB, target.model.config.hidden_size)
+
+
+def test_vocabulary_map_round_trips(distilled, draft, target):
+    out, _ = distilled
+    saved = json.loads((out / DRAFT_FILE).read_text())
+    vmap = saved["vocab_map"]
+    assert saved["embedding"] == "from_target" and saved["target"] == "default"
+    assert vmap == sorted(set(vmap)) and len(vmap) == VOCAB
+    assert draft.model.lm_head.vocab_map.tolist() == vmap
+    assert target.tokenizer.eos_token_id in vmap
+    samples = read_samples(sorted((out / "data").glob("train-*.jsonl")))
+    assert build_vocab_map(samples, VOCAB, target.model.config.vocab_size, always=[target.tokenizer.eos_token_id]) == vmap
+    # the draft shares the target's embedding tensor instead of a copy
+    assert draft.model.get_input_embeddings().weight.data_ptr() == target.model.get_input_embeddings().weight.data_ptr()
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=1.0)], ids=["greedy", "sampled"])
+def test_draft_proposes_only_mapped_tokens(draft, target, params):
+    V = target.model.config.vocab_size
+    proposer = ModelDraft(draft, vocab_size=V)
+    contexts = encode_prompts(target.tokenizer, ["Tell me about rivers.", "Write a Python function that adds two numbers."])
+    proposer.start(contexts)
+    prop = proposer.propose(contexts, 3, params, torch.rand(2, 3, generator=torch.Generator().manual_seed(0)))
+    vmap = set(draft.model.lm_head.vocab_map.tolist())
+    assert prop.tokens.shape == (2, 3) and all(int(t) in vmap for t in prop.tokens.flatten())
+    if prop.probs is not None:
+        outside = torch.ones(V, dtype=torch.bool)
+        outside[draft.model.lm_head.vocab_map] = False
+        assert prop.probs.shape == (2, 3, V) and float(prop.probs[..., outside].sum()) == 0.0
+
+
+def test_greedy_speculative_equals_regular_in_fp32(draft, target):
+    V = target.model.config.vocab_size
+    ids = encode_prompts(target.tokenizer, ["Explain what a lighthouse does.", "List three uses of salt."])
+    regular, _ = decode(target, ids, None, 0, max_new=16)
+    spec, steps = decode(target, ids, ModelDraft(draft, vocab_size=V), 3, max_new=16)
+    assert [r.output for r in spec.rows] == [r.output for r in regular.rows]
+    assert sum(r["drafted"] for s in steps for r in s["rows"]) > 0
+
+
+def test_loader_refuses_a_different_target(distilled):
+    with pytest.raises(SpecvizError, match="vocabulary"):
+        load_distilled_draft(distilled[0], tiny_llama(64))
+
+
+def test_heldout_prompts_never_overlap_training():
+    train, held = set(training_prompts(5000)), heldout_prompts(300)
+    assert len(held) == 300 and not train & set(held) and not train & set(FREEFORM)
+    for key in ("topic", "activity", "code_task", "sentences"):
+        assert not set(TRAIN_SLOTS[key]) & set(HELDOUT_SLOTS[key]), key
+    assert training_prompts(50) == training_prompts(200)[:50]  # prefix-stable: data generation resumes
+
+
+def test_two_worker_processes_write_what_one_process_writes(tmp_path, target):
+    from specviz.distill import generate_data, generate_parallel
+
+    kwargs = dict(prompts=training_prompts(4), name="train", max_new=4, batch_size=2, topk=4, seed=3)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    generate_data(target, data=tmp_path / "one", **kwargs)  # batch 0 greedy, batch 1 sampled
+    generate_parallel(target, 2, data=tmp_path / "two", **kwargs)
+    assert sorted(p.name for p in (tmp_path / "two").glob("train-*.jsonl")) == ["train-0.jsonl", "train-1.jsonl"]
+
+    def outputs(d):
+        return {s["sample"]: s["output_ids"] for s in read_samples(sorted(d.glob("train-*.jsonl")))}
+
+    assert outputs(tmp_path / "two") == outputs(tmp_path / "one") and len(outputs(tmp_path / "one")) == 4
+    generate_parallel(target, 2, data=tmp_path / "two", **kwargs)  # resuming finds nothing left to do
+    assert len(read_samples(sorted((tmp_path / "two").glob("train-*.jsonl")))) == 4
