@@ -17,3 +17,10 @@ for spec in "--dtype bfloat16 --draft ngram" "--dtype float32 --draft default"; 
 done
 echo "== exactness (fp32)"
 $PY bench/exactness.py --max-new-tokens 32
+echo "== sweep (bf16 target, ngram draft)"
+$PY -m specviz sweep --prompts bench/prompts.txt --max-new-tokens 64 --dtype bfloat16 --draft ngram \
+  --batch-sizes 1,2,4,8 --draft-lengths 1,2,4,6,8 --out-dir bench/out/sweep-ngram
+for c in "fixed --draft-length 1" "fixed --draft-length 2" "bass --draft-length 4" "analytic --draft-length 2"; do
+  echo "== policy $c, B=8 (bf16 target, ngram draft)"
+  $PY -m specviz bench $P --dtype bfloat16 --draft ngram --batch-size 8 --controller $c
+done

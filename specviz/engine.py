@@ -151,6 +151,9 @@ class SpecDecoder:
         k = self.controller.next_k(B) if self.proposer is not None else 0
         u_draft, u_verify = self._uniforms(k)
         drafts, n, q = self._draft(k, u_draft)
+        w = int(n.max()) if k else 0  # widest proposal: slots past it would be holes in every row
+        if w < k:
+            drafts, q, u_verify = drafts[:, :w], (q[:, :w] if q is not None else None), u_verify[:, : w + 1]
         lap()
         logits = self._verify(drafts, n)
         lap()
@@ -159,12 +162,13 @@ class SpecDecoder:
         emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
         lap()
         proposed = [d[:m] for d, m in zip(drafts.tolist(), n.tolist())]
-        rows, compacted = self._advance(verdict.num_accepted, num_accepted, emitted, proposed, k + 1)
+        rows, compacted = self._advance(verdict.num_accepted, num_accepted, emitted, proposed, w + 1)
         lap()
         t_start, t_draft, t_verify, t_accept, t_end = clock
         return {
             "step": step,
             "k": k,
+            "verify_width": w + 1,  # slots per row in the verify forward (k + 1 unless no row proposed k)
             "batch_size": B,
             "t_start": t_start - self.t0,
             "t_draft": t_draft - t_start,

@@ -46,6 +46,10 @@ def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibra
             trs = [run(cfg, target, prop, telemetry=False) for _ in range(repeats)]
             return statistics.median(t["summary"]["tokens_per_s"] for t in trs), trs[-1]
 
+        # warm-up at this batch size: first forwards of a shape pay for allocation and kernel choice
+        run(dataclasses.replace(base, batch_size=b, max_new_tokens=4, mode="regular"), target, None, telemetry=False)
+        run(dataclasses.replace(base, batch_size=b, max_new_tokens=4, draft_length=max(draft_lengths)), target,
+            proposer, telemetry=False)
         regular, _ = tok_s(0, "regular", None)
         for k in draft_lengths:
             spec, tr = tok_s(k, "speculative", proposer)
