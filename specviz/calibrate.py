@@ -61,6 +61,7 @@ class Calibration:
     overhead: dict  # batch size -> seconds of engine work per step outside forwards
     residuals: dict  # model -> relative residuals of the fit
     samples: dict  # model -> [(b, n, seconds)]
+    created: str = ""  # when it was measured (UTC, ISO 8601): a stale calibration misleads every prediction
 
     def overhead_at(self, b: int) -> float:
         keys = sorted(int(x) for x in self.overhead)
@@ -144,7 +145,8 @@ def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, pr
         dtype=str(target.dtype).removeprefix("torch."), target_cost=target_cost, draft_cost=draft_cost,
         overhead=overhead, residuals={"target": _relative(t_samples, target_cost),
                                       "draft": _relative(d_samples, draft_cost) if d_samples else []},
-        samples={"target": t_samples, "draft": d_samples})
+        samples={"target": t_samples, "draft": d_samples},
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     p = calibration_path(target.name, cal.draft, target.device, target.dtype)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(cal.to_json(), indent=1))

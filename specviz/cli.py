@@ -253,6 +253,9 @@ def cmd_sweep(a) -> int:
     if cal is None:
         print("calibrating the cost model first (cached for next time)...", file=sys.stderr)
         cal = calibrate(target, proposer, sorted(set(sizes)), max(ks))
+    else:
+        print(f"using the cached calibration from {cal.created or 'an unknown date'} (--recalibrate to measure again)",
+              file=sys.stderr)
     bar = _progress(len(sizes) * len(ks), "sweep")
 
     def on_cell(c):
