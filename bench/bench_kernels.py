@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from specviz.sampling import SamplingParams, Verdict, accept_reference, final_distribution, sample_inverse_cdf  # noqa: E402
+from specviz.sampling import SamplingParams, Verdict, accept_reference, draft_q_at, final_distribution, sample_inverse_cdf  # noqa: E402
 
 VOCABS = (32000, 50257, 128256, 256000)
 BATCHES = (1, 8, 64)
@@ -57,12 +57,7 @@ def accept_unfused(target_logits, draft_tokens, num_drafted, uniforms, params, d
     else:
         p_final = torch.stack(dists, 1)[rows, num_accepted]  # [B, V]
         rejected = num_accepted < num_drafted
-        j = num_accepted.clamp(max=max(k - 1, 0))
-        if draft_probs is None:
-            q_final = torch.zeros_like(p_final).scatter_(-1, x[rows, j].unsqueeze(-1), 1.0)
-        else:
-            q_final = draft_probs[rows, j].float()
-        p_final = final_distribution(p_final, q_final, rejected)
+        p_final = final_distribution(p_final, draft_q_at(x, draft_probs, num_accepted, p_final), rejected)
         final = sample_inverse_cdf(p_final, uniforms[rows, num_drafted])
     emitted = torch.full((B, K1), -1, dtype=torch.long, device=rows.device)
     pos = torch.arange(k, device=rows.device)

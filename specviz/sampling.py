@@ -105,12 +105,7 @@ def accept_reference(
         p_final = p[rows, num_accepted]  # [B, V]
         rejected = num_accepted < num_drafted  # [B]
         if rejected.any():
-            j = num_accepted.clamp(max=max(k - 1, 0))
-            if draft_probs is None:
-                q_final = torch.zeros_like(p_final).scatter_(-1, x[rows, j].unsqueeze(-1), 1.0)
-            else:
-                q_final = draft_probs[rows, j].float()
-            p_final = final_distribution(p_final, q_final, rejected)
+            p_final = final_distribution(p_final, draft_q_at(x, draft_probs, num_accepted, p_final), rejected)
         final = sample_inverse_cdf(p_final, uniforms[rows, num_drafted])
 
     emitted = torch.full((B, k + 1), -1, dtype=torch.long, device=device)
@@ -118,6 +113,15 @@ def accept_reference(
     emitted[:, :k] = torch.where(keep, x, emitted[:, :k])
     emitted[rows, num_accepted] = final
     return Verdict(num_accepted=num_accepted, emitted=emitted)
+
+
+def draft_q_at(x: torch.Tensor, draft_probs: torch.Tensor | None, pos: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """q at each row's position ``pos`` [B] as [B, V]: one-hot of the proposal when draft_probs is None."""
+    rows = torch.arange(x.shape[0], device=x.device)
+    j = pos.clamp(max=max(x.shape[1] - 1, 0))
+    if draft_probs is None:
+        return torch.zeros_like(like).scatter_(-1, x[rows, j].unsqueeze(-1), 1.0)
+    return draft_probs[rows, j].float()
 
 
 def final_distribution(p: torch.Tensor, q: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:

@@ -113,13 +113,17 @@ def server():
         assert proc.poll() is None, "streamlit exited early"
         yield f"http://127.0.0.1:{port}/"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.seek(0)
         print(log.read().decode(errors="replace")[-3000:])
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 @pytest.fixture(scope="module")
@@ -141,11 +145,7 @@ def browser():
         yield tools
         tools.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         shutil.rmtree(profile, ignore_errors=True)
 
 
