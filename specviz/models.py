@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -122,10 +123,13 @@ def _convert_default() -> Path:
             del config.quantization_config
         plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         plain.load_state_dict(src.state_dict())
+        # write beside the target and rename, so an interrupted conversion never looks complete
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         plain.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        tmp.rename(out) if not out.exists() else None
+        if out.exists():  # a partial directory from an earlier, interrupted conversion
+            shutil.rmtree(out)
+        tmp.rename(out)
         return out
 
 
