@@ -1,0 +1,67 @@
+"""How much does the Live page's drawing slow decoding? The same run (B = 8, default pair on
+this machine: bf16 target + ngram) headless, as the CLI runs it, and through the app's run
+worker while the page's charts are rebuilt and serialised at the page's throttle (the draw
+interval stretches so drawing takes <= 8% of it, as pages/live.py does).
+
+    python bench/live_overhead.py [--repeats 3]
+
+This drives the app's own code paths (specviz.appstate.LiveRun, specviz.charts) in one
+process, without the browser: the server's websocket push is not included.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from specviz import appstate, charts  # noqa: E402
+from specviz.promptsets import CHAT  # noqa: E402
+from specviz.runner import RunConfig, load_pair, run  # noqa: E402
+
+
+def draw_all(trace, decode) -> None:
+    figs = [charts.acceptance_heatmap(trace, decode, 150), charts.acceptance_rate_bars(trace),
+            charts.ragged_lengths(trace), charts.wasted_slots(trace), charts.phase_timeline(trace),
+            charts.token_latency(trace), charts.utilization(trace), charts.position_acceptance(trace)]
+    for f in figs:
+        f.to_json()
+    charts.token_html(trace, decode, 16)
+
+
+def live(cfg, decode, interval: float = 0.5):
+    r = appstate.LiveRun(cfg=cfg, lock=threading.Lock()).start()
+    draws = []
+    while r.running or r.status == "queued":
+        t0 = time.perf_counter()
+        draw_all(r.snapshot(), decode)
+        d = time.perf_counter() - t0
+        draws.append(d)
+        interval = min(5.0, max(interval, d / 0.08))
+        time.sleep(max(0.0, interval - d))
+    r.join()
+    return r.trace["summary"]["wall_s"], statistics.mean(draws), len(draws)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    cfg = RunConfig(prompts=CHAT, batch_size=8, draft_length=4, draft="default", max_new_tokens=64)
+    target, proposer = load_pair(cfg)
+    decode = appstate.decoder_for(target.tokenizer)
+    run(cfg, target, proposer, telemetry=False)  # warm-up
+    ratios = []
+    for _ in range(a.repeats):
+        cli = run(cfg, target, proposer, telemetry=False)["summary"]["wall_s"]
+        wall, draw, n = live(cfg, decode)
+        ratios.append(wall / cli)
+        print(f"CLI {cli:.2f} s, live view {wall:.2f} s (x{wall / cli:.3f}); {n} redraws of {1e3 * draw:.0f} ms", flush=True)
+    print(f"median live/CLI wall-time ratio over {a.repeats}: {statistics.median(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
