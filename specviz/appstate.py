@@ -171,24 +171,18 @@ class LiveRun:
                 self.lock.release()
 
     def _decode(self, cfg: RunConfig, target, proposer, record: bool) -> dict:
-        sampler = _sampler(target.device)
-        if record:
-            self._sampler = sampler
         trace = None
-        for dec, rec in iter_run(cfg, target, proposer, telemetry=False):
+        for dec, rec in iter_run(cfg, target, proposer):  # its sampler runs on the engine's clock
             if self._dec is not dec:
                 self._dec = dec
+                if record:
+                    self._sampler = dec.sampler
                 if self._stop:
                     dec.stop()
-                if sampler is not None and dec.t0 is not None:
-                    sampler.rebase(dec.t0)
-            if rec is not None:
-                if record:
-                    self.steps.append(rec)
-            else:
+            if rec is None:
                 trace = dec.trace
-        samples = sampler.stop() if sampler is not None else []
-        trace["telemetry"] = samples
+            elif record:
+                self.steps.append(rec)
         return trace
 
     # -- what the page reads --
@@ -209,15 +203,6 @@ class LiveRun:
         return {"version": 1, "config": self.cfg.to_trace_config(), "hardware": {}, "sequences": seqs,
                 "steps": steps, "telemetry": self._sampler.samples if self._sampler is not None else [],
                 "summary": summarize(steps, seqs, max(wall, prefill), prefill), "partial": True}
-
-
-def _sampler(device):
-    try:
-        from .telemetry import Sampler
-
-        return Sampler(device=device).start()
-    except Exception:
-        return None
 
 
 def start_run(cfg: RunConfig, lock: threading.Lock, race: bool = False) -> LiveRun:

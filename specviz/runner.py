@@ -225,6 +225,8 @@ def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn
     t0 = time.perf_counter()
     try:
         for rec in dec.steps():
+            if sampler is not None and not steps:
+                sampler.rebase(dec.t0)  # sample times on the engine's clock (step t_start), also mid-run
             steps.append(rec)
             yield dec, rec
     finally:
@@ -232,8 +234,6 @@ def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn
         samples = []
         if sampler is not None:
             sampler.stop()
-            if dec.t0 is not None:
-                sampler.rebase(dec.t0)  # sample times on the same clock as step t_start
             samples = sampler.samples
         dec.trace = build_trace(
             cfg.to_trace_config(target, proposer), hardware_info(target.device, target.dtype),
