@@ -15,8 +15,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from specviz.correctness import check_exactness, greedy_outputs  # noqa: E402
-from specviz.drafts import ModelDraft, NgramDraft  # noqa: E402
-from specviz.runner import encode_prompts, get_model  # noqa: E402
+from specviz.drafts import ModelDraft  # noqa: E402
+from specviz.runner import encode_prompts, get_model, make_proposer  # noqa: E402
 
 PROMPTS = [
     "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
@@ -38,7 +38,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--batch-sizes", default="1,3,8")
     ap.add_argument("--draft-lengths", default="1,4,8")
-    ap.add_argument("--drafts", default="ngram,default-bf16")
+    ap.add_argument("--drafts", default="ngram,default-bf16", help="comma-separated draft SPECs (default-bf16: the target's bf16 copy)")
     a = ap.parse_args()
     target = get_model("default", a.device, a.dtype)
     ids = encode_prompts(target.tokenizer, PROMPTS)
@@ -51,10 +51,10 @@ def main() -> int:
     for name in a.drafts.split(","):
         for b in map(int, a.batch_sizes.split(",")):
             for k in map(int, a.draft_lengths.split(",")):
-                if name == "ngram":
-                    draft = NgramDraft()
-                else:
+                if name == "default-bf16":
                     draft = ModelDraft(get_model("default", a.device, "bfloat16"), vocab_size=target.model.config.vocab_size)
+                else:  # any draft SPEC: ngram[:N], a model, a distilled draft directory
+                    draft = make_proposer(name, target)
                 checks = check_exactness(target, draft, ids, b, k, a.max_new_tokens, refs)
                 n_exact = sum(c.exact for c in checks)
                 partial = sum(c.matched_prefix / max(c.reference_len, 1) for c in checks) / len(checks)
