@@ -1,6 +1,6 @@
 """Live: run batched speculative decoding on the sidebar's pair and watch it, step by step.
 
-The run happens in a worker thread (specviz.appstate.LiveRun over specviz.runner.iter_run);
+The run happens in a worker thread (specviz.liverun.LiveRun over specviz.runner.iter_run);
 this page only reads its snapshots and draws them, throttled so drawing stays a small share of
 the time.
 """
@@ -202,7 +202,9 @@ def live_view() -> None:
     if run is not None and run.status == "error":
         st.error(run.error)
     elif run is not None and run.status == "stopped":
-        st.info("Stopped: rows that had not finished end as \"stopped\"; their output so far is kept.")
+        why = (f"this page did not poll the run for {run.heartbeat_timeout:.0f} s (tab closed or asleep), so it "
+               "stopped and freed the model for other sessions. " if run.abandoned else "")
+        st.info(f"Stopped: {why}rows that had not finished end as \"stopped\"; their output so far is kept.")
     trace = appstate.current_trace()
     if trace is None:
         st.info("Press Run to start, or load a trace below.")

@@ -4,6 +4,9 @@ Speculative greedy must equal regular greedy token for token. A (k+1)-token veri
 differently from a 1-token step, so a near-tie in the reference's logits can legitimately flip;
 every divergence is reported with the reference's top-1 minus top-2 logit margin there, never
 hidden (Zhang et al. 2025, arXiv 2510.22876, report exact and partial matches the same way).
+
+Also the Correctness page's checks: a speculative and a regular trace compared row by row, and a
+chi-square test that the acceptance rule's first emitted token is distributed as the target's p.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import torch
 
 from .controllers import Fixed
 from .engine import SpecDecoder
-from .sampling import SamplingParams
+from .sampling import SamplingParams, accept_reference, process_logits
 
 
 @dataclasses.dataclass
@@ -64,3 +67,54 @@ def check_exactness(target, proposer, prompt_ids, batch_size: int, k: int, max_n
     refs = [references[i % len(prompt_ids)] for i in range(batch_size)]
     outs = greedy_outputs(target, proposer, rows, k, max_new_tokens)
     return compare(target, rows, outs, refs)
+
+
+# ---- checks on the Correctness page: two traces, and the acceptance rule's distribution --------------
+
+def divergence_rows(spec: dict, regular: dict, target=None) -> list[dict]:
+    """Per row: exact match of speculative vs regular output, the first divergent position and the
+    regular run's top-1 minus top-2 logit margin there (a forward of ``target`` over
+    prompt + regular output up to that position; None without a target)."""
+    rows = []
+    for s, r in zip(spec["sequences"], regular["sequences"]):
+        a, b = s["output_token_ids"], r["output_token_ids"]
+        pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if pos is None and len(a) != len(b):
+            pos = min(len(a), len(b))
+        margin = None
+        if pos is not None and target is not None and pos < len(b):
+            ids = torch.tensor([r["prompt_token_ids"] + b[:pos]], device=target.device)
+            with torch.inference_mode():
+                logits = target.model(input_ids=ids).logits[0, -1].float()
+            top = logits.topk(2).values
+            margin = float(top[0] - top[1])
+        rows.append({"index": s["index"], "match": pos is None, "first_divergence": pos, "margin": margin,
+                     "length": len(b), "speculative": a, "regular": b})
+    return rows
+
+
+def acceptance_distribution_check(n: int = 20000, vocab: int = 8, k: int = 2, temperature: float = 1.0,
+                                  seed: int = 0, accept_fn=None) -> dict:
+    """Sample the first output token of ``n`` rows through the acceptance rule with a random draft q
+    and compare its counts with the target's processed p: chi-square statistic, dof and p-value.
+
+    The rule is lossless iff the first emitted token is distributed as p (SPECDEC.md)."""
+    accept_fn = accept_fn or accept_reference
+    g = torch.Generator().manual_seed(seed)
+    params = SamplingParams(temperature=temperature)
+    t_logits = torch.randn(1, k + 1, vocab, generator=g).expand(n, k + 1, vocab).contiguous()  # [n, k+1, V]
+    q = process_logits(torch.randn(1, k, vocab, generator=g), params).expand(n, k, vocab).contiguous()  # [n, k, V]
+    drafts = torch.multinomial(q.reshape(-1, vocab), 1, generator=g).reshape(n, k)  # [n, k] x ~ q
+    u = torch.rand(n, k + 1, generator=g)
+    verdict = accept_fn(t_logits, drafts, torch.full((n,), k), u, params, q)
+    first = verdict.emitted[:, 0]  # [n] the first output token of every row
+    counts = torch.bincount(first, minlength=vocab).double()
+    p = process_logits(t_logits[0, 0], params).double()
+    expected = p * n
+    keep = expected > 0
+    chi2 = float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+    dof = int(keep.sum()) - 1
+    p_value = float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                            torch.tensor(chi2 / 2, dtype=torch.float64)))
+    return {"counts": counts.tolist(), "expected": expected.tolist(), "chi2": chi2, "dof": dof, "p_value": p_value,
+            "acceptance_rate": float(verdict.num_accepted.double().mean() / k), "n": n}

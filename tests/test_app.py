@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from specviz import appstate  # noqa: E402
+from specviz import appstate, liverun  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "app.py")
@@ -52,7 +52,11 @@ def start_live_run(at, batch=2, max_new=8, prompts=None, draft="ngram"):
 
 
 def finish(at, run, timeout=120):
-    run.join(timeout)
+    deadline = time.monotonic() + timeout
+    while run.running and time.monotonic() < deadline:
+        run.beat()  # the page polls while the run goes; without it a long model load looks abandoned
+        run.join(1.0)
+    run.join(max(0.0, deadline - time.monotonic()))  # and the worker has released the model lock
     assert not run.running, f"run still {run.status} after {timeout} s"
     at.run()
     return run
@@ -176,7 +180,7 @@ def test_out_of_memory_frees_memory_and_suggests_smaller_batch(monkeypatch):
     def oom(cfg):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(appstate, "load_pair", oom)
+    monkeypatch.setattr(liverun, "load_pair", oom)
     at = new_app()
     run = finish(at, start_live_run(at))
     assert run.status == "error"
@@ -185,7 +189,7 @@ def test_out_of_memory_frees_memory_and_suggests_smaller_batch(monkeypatch):
 
 
 def test_slider_moved_mid_run_then_stop_keeps_partial_output(monkeypatch):
-    real_iter_run = appstate.iter_run
+    real_iter_run = liverun.iter_run
 
     def long_iter_run(*args, **kwargs):  # no EOS and a small pause per step: still running when we look
         for dec, rec in real_iter_run(*args, **kwargs):
@@ -193,7 +197,7 @@ def test_slider_moved_mid_run_then_stop_keeps_partial_output(monkeypatch):
             time.sleep(0.02)
             yield dec, rec
 
-    monkeypatch.setattr(appstate, "iter_run", long_iter_run)
+    monkeypatch.setattr(liverun, "iter_run", long_iter_run)
     at = new_app()
     run = start_live_run(at, batch=1, max_new=400, prompts="Count from one to one thousand in words.")
     assert run is not None
