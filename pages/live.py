@@ -40,7 +40,7 @@ st.title("Live batched speculative decoding")
 c1, c2, c3 = st.columns(3)
 with c1:
     st.slider("Batch size b", 1, 64, 4, key="batch_size")
-    st.slider("Draft length k (0 = regular decoding)", 0, 16, 4, key="draft_length")
+    st.slider("Draft length k (0 = regular decoding)", 0, 16, 2, key="draft_length")
     st.selectbox("Draft-length controller", list(CONTROLLERS), key="controller",
                  help="fixed k, transformers' heuristic (+2/-1), BASS, a batch-size table, or the analytic optimum")
     if st.session_state.get("controller") == "table":

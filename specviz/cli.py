@@ -20,7 +20,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", metavar="FILE", help="one prompt per line, or JSONL with a \"prompt\" key")
     p.add_argument("--prompt", metavar="TEXT", nargs="+", action="extend", help="prompt text (repeatable)")
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--draft-length", type=int, default=4)
+    p.add_argument("--draft-length", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)

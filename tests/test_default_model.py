@@ -62,6 +62,32 @@ def test_bf16_draft_greedy_equals_batch_one_greedy(target, prompt_ids, reference
     assert_exact_or_near_tie(check_exactness(target, draft, prompt_ids, 3, 3, MAX_NEW, references))
 
 
+@pytest.mark.parametrize("batch_size,k", [(1, 2), (8, 4)])
+def test_shipped_distilled_draft_greedy_equals_batch_one_greedy(target, prompt_ids, references, batch_size, k):
+    """The draft shipped in specviz/assets (the `default` draft of a bf16 target), run in fp32."""
+    from specviz.runner import DEFAULT_DRAFT_DIR, make_proposer
+
+    draft = make_proposer(str(DEFAULT_DRAFT_DIR), target)
+    assert_exact_or_near_tie(check_exactness(target, draft, prompt_ids, batch_size, k, MAX_NEW, references))
+
+
+def test_default_draft_is_the_shipped_one_for_a_bf16_default_target():
+    from specviz.distill import DistilledDraft
+    from specviz.runner import DEFAULT_DRAFT_DIR, make_proposer, resolve_draft_spec
+
+    bf16 = get_model("default", "cpu", "bfloat16")
+    assert resolve_draft_spec("default", bf16) == str(DEFAULT_DRAFT_DIR)
+    proposer = make_proposer("default", bf16)
+    assert isinstance(proposer.loaded, DistilledDraft)
+    ids = encode_prompts(bf16.tokenizer, PROMPTS[:2])
+    vocab_map = set(proposer.model.lm_head.vocab_map.tolist())
+    for row in ids:  # the draft's greedy continuation only ever uses mapped (proposable) ids
+        import torch
+
+        logits = proposer.model(torch.tensor([row])).logits[0, -1]
+        assert int(logits.argmax()) in vocab_map
+
+
 def test_incompatible_tokenizers_are_refused(target):
     from transformers import AutoTokenizer
 
