@@ -137,13 +137,8 @@ def _peer_generate(target, proposer, cfg) -> float | None:
 
 
 def _bench_pass(cfg, target, proposer, desc: str) -> tuple[float, list[dict]]:
-    """Every prompt once, in batches of B (the last batch cycles prompts to fill it): tokens/s."""
-    import dataclasses
-
-    P, B = len(cfg.prompts), cfg.batch_size
-    chunks = [[cfg.prompts[(i + j) % P] for j in range(B)] for i in range(0, P, B)] if B < P else [cfg.prompts]
-    traces = [_run_with_progress(dataclasses.replace(cfg, prompts=c), target, proposer, desc, telemetry=False)
-              for c in chunks]
+    """Every prompt once, in batches of B (RunConfig.every_prompt): tokens/s and the traces."""
+    traces = [_run_with_progress(c, target, proposer, desc, telemetry=False) for c in cfg.every_prompt()]
     tokens = sum(t["summary"]["tokens"] for t in traces)
     return tokens / sum(t["summary"]["wall_s"] for t in traces), traces
 
@@ -261,7 +256,7 @@ def cmd_sweep(a) -> int:
     def on_cell(c):
         bar.update(1)
         print(f"B={c['batch_size']:<3} k={c['draft_length']:<2} alpha {c['alpha']:.3f}  measured {c['measured_speedup']:.2f}x"
-              f"  predicted {c['predicted_speedup']:.2f}x", flush=True)
+              f"  predicted {c['predicted_speedup']:.2f}x (i.i.d. rows {c['predicted_speedup_iid']:.2f}x)", flush=True)
 
     rows = sweep(cfg, sizes, ks, target, proposer, cal, a.repeats, on_cell)
     bar.close()

@@ -72,6 +72,14 @@ class RunConfig:
         """B prompts: cycled when B exceeds the number given."""
         return [self.prompts[i % len(self.prompts)] for i in range(self.batch_size)]
 
+    def every_prompt(self) -> list["RunConfig"]:
+        """One config per batch so that every prompt runs once at batch size B (the last batch
+        cycles prompts to stay full): what bench and sweep measure, so B = 1 is not one prompt."""
+        P, B = len(self.prompts), self.batch_size
+        if B >= P:
+            return [self]
+        return [dataclasses.replace(self, prompts=[self.prompts[(i + j) % P] for j in range(B)]) for i in range(0, P, B)]
+
     def to_trace_config(self, target=None, proposer=None) -> dict:
         d = dataclasses.asdict(self)
         d.pop("prompts")

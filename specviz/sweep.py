@@ -2,8 +2,14 @@
 
 For each batch size b, regular decoding (k = 0) and speculative decoding at each k run on the
 same prompts in one process. Each cell records the measured speedup, the alpha measured in
-that run, and the speedup the calibrated cost model predicts for that alpha
-(specviz.analytic.speedup_batch), so the model is judged on its cost side, not on acceptance.
+that run, and the speedup the calibrated cost model predicts for it, so the model is judged on
+its cost side, not on acceptance:
+
+    predicted_speedup      every row's own alpha and output length, the batch running until its
+                           last row finishes (specviz.analytic.ragged_batch_times)
+    predicted_speedup_iid  one alpha for all rows, every row active every step
+                           (specviz.analytic.speedup_batch): over-predicts for b > 1 when rows
+                           accept unequally (BENCHMARKS.md)
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from .analytic import expected_accepted, optimal_k, speedup_batch
+from .analytic import expected_accepted, optimal_k, ragged_batch_times, speedup_batch
 from .runner import RunConfig, run
 
 
@@ -31,9 +37,36 @@ def alpha_from_accepted(mean_accepted: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def mean_accepted_per_row_step(trace: dict) -> float:
-    rs = [r for s in trace["steps"] for r in s["rows"] if r["active"]]
+def mean_accepted_per_row_step(traces) -> float:
+    """Accepted drafts per active row-step over one trace or a list of traces."""
+    rs = [r for t in ([traces] if isinstance(traces, dict) else traces) for s in t["steps"] for r in s["rows"] if r["active"]]
     return sum(r["accepted"] for r in rs) / len(rs) if rs else 0.0
+
+
+def row_alphas_and_lengths(trace: dict, k: int) -> tuple[list[float], list[int]]:
+    """Per row of one trace: alpha fitted to its own mean accepted per step, and its output length."""
+    acc, steps = {}, {}
+    for s in trace["steps"]:
+        for r in s["rows"]:
+            if r["active"]:
+                acc[r["index"]] = acc.get(r["index"], 0) + r["accepted"]
+                steps[r["index"]] = steps.get(r["index"], 0) + 1
+    seqs = sorted(trace["sequences"], key=lambda q: q["index"])
+    alphas = [alpha_from_accepted(acc.get(q["index"], 0) / max(1, steps.get(q["index"], 0)), k) for q in seqs]
+    return alphas, [len(q["output_token_ids"]) for q in seqs]
+
+
+def predicted_ragged(traces: list[dict], k: int, costs) -> float:
+    """The ragged-completion prediction (analytic.ragged_batch_times) over a cell's batches,
+    from each row's own alpha and length: time-weighted, as tokens/s over all batches is."""
+    t_reg = t_spec = 0.0
+    for t in traces:
+        alphas, lengths = row_alphas_and_lengths(t, k)
+        if not lengths or not any(lengths):
+            continue
+        r, sp = ragged_batch_times(lengths, alphas, k, costs.target, costs.draft, costs.overhead)
+        t_reg, t_spec = t_reg + r, t_spec + sp
+    return t_reg / t_spec if t_spec else float("nan")
 
 
 def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibration, repeats: int = 1,
@@ -42,9 +75,13 @@ def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibra
     rows = []
     for b in batch_sizes:
         def tok_s(k, mode, prop):
+            """Every prompt once at batch size b (median of ``repeats`` passes): tokens/s, traces."""
             cfg = dataclasses.replace(base, batch_size=b, draft_length=k, mode=mode, controller="fixed")
-            trs = [run(cfg, target, prop, telemetry=False) for _ in range(repeats)]
-            return statistics.median(t["summary"]["tokens_per_s"] for t in trs), trs[-1]
+            rates, trs = [], []
+            for _ in range(repeats):
+                trs = [run(c, target, prop, telemetry=False) for c in cfg.every_prompt()]
+                rates.append(sum(t["summary"]["tokens"] for t in trs) / sum(t["summary"]["wall_s"] for t in trs))
+            return statistics.median(rates), trs
 
         # warm-up at this batch size: first forwards of a shape pay for allocation and kernel choice
         run(dataclasses.replace(base, batch_size=b, max_new_tokens=4, mode="regular"), target, None, telemetry=False)
@@ -52,14 +89,16 @@ def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibra
             proposer, telemetry=False)
         regular, _ = tok_s(0, "regular", None)
         for k in draft_lengths:
-            spec, tr = tok_s(k, "speculative", proposer)
-            alpha = alpha_from_accepted(mean_accepted_per_row_step(tr), k)
+            spec, trs = tok_s(k, "speculative", proposer)
+            alpha = alpha_from_accepted(mean_accepted_per_row_step(trs), k)
             costs = calibration.costs(b)
-            predicted = speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead)
+            predicted_iid = speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead)
+            predicted = predicted_ragged(trs, k, costs)
             cell = {"batch_size": b, "draft_length": k, "alpha": alpha,
-                    "acceptance_rate": tr["summary"]["acceptance_rate"],
-                    "mean_acceptance_length": tr["summary"]["mean_acceptance_length"],
+                    "acceptance_rate": sum(t["summary"]["accepted"] for t in trs) / max(1, sum(t["summary"]["drafted"] for t in trs)),
+                    "mean_acceptance_length": 1 + mean_accepted_per_row_step(trs),
                     "measured_speedup": spec / regular, "predicted_speedup": predicted,
+                    "predicted_speedup_iid": predicted_iid,
                     "spec_tokens_per_s": spec, "regular_tokens_per_s": regular}
             rows.append(cell)
             if on_cell:

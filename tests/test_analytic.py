@@ -221,3 +221,61 @@ def test_optimal_k_off_when_draft_too_costly():
 def test_format_k_table():
     rows = [{"batch_size": 1, "k": 4}, {"batch_size": 16, "k": 1}, {"batch_size": 64, "k": 0}]
     assert analytic.format_k_table(rows) == "1:4,16:1,64:0"
+
+
+# --- ragged completion: a batch runs until its last row finishes ----------------------------------
+
+FLAT = CostModel(t_fixed=1.0, t_mem=0.0, t_token=0.0)  # every forward takes 1 s whatever its size
+FREE = CostModel(t_fixed=0.0, t_mem=0.0, t_token=0.0)
+
+
+def test_ragged_hand_computed():
+    # regular: 20 steps (the longer row); speculative: rows need 10 / E(0, 1) = 10 and
+    # 20 / E(0.5, 1) = 13.33 steps -> 20 / 13.33 = 1.5
+    assert analytic.speedup_ragged([10, 20], [0.0, 0.5], 1, FLAT, FREE) == pytest.approx(1.5)
+    # the same rows, equal lengths: the row that accepts nothing sets the length -> no gain
+    assert analytic.speedup_ragged([20, 20], [0.0, 0.5], 1, FLAT, FREE) == pytest.approx(1.0)
+    # compute-bound costs T(b, n) = b n seconds: regular 10 steps at b=2 + 10 at b=1 = 30 s;
+    # speculative (k=1 verifies 2 tokens per row): 10 steps at 4 s + 3.33 at 2 s = 46.67 s
+    grow = CostModel(t_fixed=0.0, t_mem=0.0, t_token=1.0)
+    assert analytic.speedup_ragged([10, 20], [0.0, 0.5], 1, grow, FREE) == pytest.approx(30 / (40 + 20 / 3))
+
+
+@pytest.mark.parametrize("b,k,alpha", [(1, 2, 0.5), (4, 3, 0.7), (8, 1, 0.35), (16, 6, 0.9)])
+def test_ragged_with_equal_rows_is_speedup_batch(b, k, alpha):
+    expect = analytic.speedup_batch(b, k, alpha, TARGET, DRAFT, overhead=0.002)
+    got = analytic.speedup_ragged([64] * b, [alpha] * b, k, TARGET, DRAFT, overhead=0.002)
+    assert got == pytest.approx(expect, rel=1e-12)
+
+
+def test_ragged_k0_is_one_and_unequal_alphas_cost_speedup():
+    lengths, alphas = [64, 40, 64, 50], [0.2, 0.5, 0.8, 0.6]
+    assert analytic.speedup_ragged(lengths, alphas, 0, TARGET, DRAFT, overhead=0.001) == pytest.approx(1.0)
+    mean = float(np.mean(alphas))
+    assert (analytic.speedup_ragged([64] * 4, alphas, 3, TARGET, DRAFT)
+            < analytic.speedup_ragged([64] * 4, [mean] * 4, 3, TARGET, DRAFT))
+    with pytest.raises(ValueError):
+        analytic.speedup_ragged([64, 64], [0.5], 2, TARGET, DRAFT)
+
+
+def test_ragged_monte_carlo():
+    """Simulate rows of i.i.d. Bernoulli(alpha_i) acceptance until each has emitted L_i tokens,
+    charge each step the cost at the number of rows still active, compare with the formula."""
+    rng = np.random.default_rng(0)
+    lengths, alphas, k = [400, 300, 400, 250], [0.3, 0.6, 0.8, 0.5], 3
+    cost = CostModel(t_fixed=0.01, t_mem=0.0, t_token=0.002)
+    draft = CostModel(t_fixed=0.001, t_mem=0.0, t_token=0.0)
+    t_reg = t_spec = 0.0
+    for _ in range(200):
+        left = np.array(lengths, float)
+        while (left > 0).any():
+            b = int((left > 0).sum())
+            t_spec += analytic.step_time(b, k, cost, draft)
+            for i in np.flatnonzero(left > 0):
+                a = 0
+                while a < k and rng.random() < alphas[i]:
+                    a += 1
+                left[i] -= a + 1
+        t_reg += sum((np.array(sorted(lengths)) - np.array([0] + sorted(lengths)[:-1])) *
+                     [cost(len(lengths) - j, 1) for j in range(len(lengths))])
+    assert t_reg / t_spec == pytest.approx(analytic.speedup_ragged(lengths, alphas, k, cost, draft), rel=0.02)

@@ -50,3 +50,20 @@ def monkeypatch_module():
     mp = pytest.MonkeyPatch()
     yield mp
     mp.undo()
+
+
+def test_ragged_prediction_uses_each_rows_alpha_and_length():
+    from specviz.analytic import CostModel, Costs, speedup_ragged
+    from specviz.sweep import alpha_from_accepted, predicted_ragged, row_alphas_and_lengths
+
+    # row 0 accepts 2 of 2 every step (3 tokens/step), row 1 nothing (1 token/step)
+    steps = [{"rows": [{"index": 0, "active": True, "accepted": 2}, {"index": 1, "active": True, "accepted": 0}]}
+             for _ in range(4)]
+    trace = {"steps": steps, "sequences": [{"index": 1, "output_token_ids": [5] * 4},
+                                           {"index": 0, "output_token_ids": [5] * 12}]}
+    alphas, lengths = row_alphas_and_lengths(trace, 2)
+    assert lengths == [12, 4]
+    assert alphas == [alpha_from_accepted(2.0, 2), alpha_from_accepted(0.0, 2)]
+    costs = Costs(target=CostModel(0.01, 0.0, 0.001), draft=CostModel(0.001, 0.0, 0.0), overhead=0.002)
+    expect = speedup_ragged(lengths, alphas, 2, costs.target, costs.draft, costs.overhead)
+    assert predicted_ragged([trace, trace], 2, costs) == pytest.approx(expect)
