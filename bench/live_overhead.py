@@ -1,5 +1,5 @@
 """How much does the Live page's drawing slow decoding? The same run (B = 8, default pair on
-this machine: bf16 target + ngram) headless, as the CLI runs it, and through the app's run
+this machine: bf16 target + the distilled draft) headless, as the CLI runs it, and through the app's run
 worker while the page's charts are rebuilt and serialised at the page's throttle (the draw
 interval stretches so drawing takes <= 8% of it, as pages/live.py does).
 
@@ -32,9 +32,11 @@ def draw_all(trace, decode) -> None:
     charts.token_html(trace, decode, 16)
 
 
-def live(cfg, decode, interval: float = 0.5):
+def live(cfg, decode, interval: float = 0.5, draw: bool = True):
     r = appstate.LiveRun(cfg=cfg, lock=threading.Lock()).start()
-    draws = []
+    draws = [0.0]
+    if not draw:  # the run worker alone: what the thread + telemetry cost without any drawing
+        r.join()
     while r.running or r.status == "queued":
         t0 = time.perf_counter()
         draw_all(r.snapshot(), decode)
@@ -49,15 +51,16 @@ def live(cfg, decode, interval: float = 0.5):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-draw", action="store_true", help="run the worker without drawing (isolates the worker's cost)")
     a = ap.parse_args()
-    cfg = RunConfig(prompts=CHAT, batch_size=8, draft_length=4, draft="default", max_new_tokens=64)
+    cfg = RunConfig(prompts=CHAT, batch_size=8, draft_length=2, draft="default", max_new_tokens=64)
     target, proposer = load_pair(cfg)
     decode = appstate.decoder_for(target.tokenizer)
     run(cfg, target, proposer, telemetry=False)  # warm-up
     ratios = []
     for _ in range(a.repeats):
         cli = run(cfg, target, proposer, telemetry=False)["summary"]["wall_s"]
-        wall, draw, n = live(cfg, decode)
+        wall, draw, n = live(cfg, decode, draw=not a.no_draw)
         ratios.append(wall / cli)
         print(f"CLI {cli:.2f} s, live view {wall:.2f} s (x{wall / cli:.3f}); {n} redraws of {1e3 * draw:.0f} ms", flush=True)
     print(f"median live/CLI wall-time ratio over {a.repeats}: {statistics.median(ratios):.3f}")

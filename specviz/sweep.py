@@ -1,7 +1,9 @@
 """Sweeps: measured vs predicted speedup over a batch-size x draft-length grid.
 
-For each batch size b, regular decoding (k = 0) and speculative decoding at each k run on the
-same prompts in one process. Each cell records the measured speedup, the alpha measured in
+For each batch size b and draft length k, every prompt runs at batch size b with regular
+decoding (k = 0) and then speculative decoding, batch by batch, in one process (interleaved:
+this machine's speed drifts by 20-50% over minutes, and a ratio of passes taken minutes apart
+measured that drift more than speculation). Each cell records the measured speedup, the alpha measured in
 that run, and the speedup the calibrated cost model predicts for it, so the model is judged on
 its cost side, not on acceptance:
 
@@ -74,22 +76,28 @@ def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibra
     """Run the grid; returns one dict per (b, k) cell."""
     rows = []
     for b in batch_sizes:
-        def tok_s(k, mode, prop):
-            """Every prompt once at batch size b (median of ``repeats`` passes): tokens/s, traces."""
-            cfg = dataclasses.replace(base, batch_size=b, draft_length=k, mode=mode, controller="fixed")
-            rates, trs = [], []
+        def cell_pass(k):
+            """Every prompt once at batch size b, each batch run regular then speculative back to
+            back, so the machine's drift hits both alike: (speedup, regular tok/s, spec tok/s, traces)."""
+            ratios, regs, specs, trs = [], [], [], []
             for _ in range(repeats):
-                trs = [run(c, target, prop, telemetry=False) for c in cfg.every_prompt()]
-                rates.append(sum(t["summary"]["tokens"] for t in trs) / sum(t["summary"]["wall_s"] for t in trs))
-            return statistics.median(rates), trs
+                reg_cfg = dataclasses.replace(base, batch_size=b, draft_length=0, mode="regular", controller="fixed")
+                spec_cfg = dataclasses.replace(reg_cfg, draft_length=k, mode="speculative")
+                pairs = [(run(rc, target, None, telemetry=False), run(sc, target, proposer, telemetry=False))
+                         for rc, sc in zip(reg_cfg.every_prompt(), spec_cfg.every_prompt())]
+                rate = lambda ts: sum(t["summary"]["tokens"] for t in ts) / sum(t["summary"]["wall_s"] for t in ts)  # noqa: E731
+                regs.append(rate([r for r, _ in pairs]))
+                specs.append(rate([sp for _, sp in pairs]))
+                ratios.append(specs[-1] / regs[-1])
+                trs = [sp for _, sp in pairs]
+            return statistics.median(ratios), statistics.median(regs), statistics.median(specs), trs
 
         # warm-up at this batch size: first forwards of a shape pay for allocation and kernel choice
         run(dataclasses.replace(base, batch_size=b, max_new_tokens=4, mode="regular"), target, None, telemetry=False)
         run(dataclasses.replace(base, batch_size=b, max_new_tokens=4, draft_length=max(draft_lengths)), target,
             proposer, telemetry=False)
-        regular, _ = tok_s(0, "regular", None)
         for k in draft_lengths:
-            spec, trs = tok_s(k, "speculative", proposer)
+            speedup, regular, spec, trs = cell_pass(k)
             alpha = alpha_from_accepted(mean_accepted_per_row_step(trs), k)
             costs = calibration.costs(b)
             predicted_iid = speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead)
@@ -97,7 +105,7 @@ def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibra
             cell = {"batch_size": b, "draft_length": k, "alpha": alpha,
                     "acceptance_rate": sum(t["summary"]["accepted"] for t in trs) / max(1, sum(t["summary"]["drafted"] for t in trs)),
                     "mean_acceptance_length": 1 + mean_accepted_per_row_step(trs),
-                    "measured_speedup": spec / regular, "predicted_speedup": predicted,
+                    "measured_speedup": speedup, "predicted_speedup": predicted,
                     "predicted_speedup_iid": predicted_iid,
                     "spec_tokens_per_s": spec, "regular_tokens_per_s": regular}
             rows.append(cell)
