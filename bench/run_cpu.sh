@@ -9,6 +9,12 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p bench/out
 lscpu | grep -E "Model name|^CPU\(s\)"
 P="--prompts bench/prompts.txt --max-new-tokens 64 --repeats 3"
+D=specviz/assets/draft-SmolLM2-135M-Instruct
+for b in 1 8; do for k in 2 3; do
+  echo "== bench bf16 target + distilled draft B=$b k=$k"
+  $PY -m specviz bench --prompts bench/prompts.txt --max-new-tokens 64 --repeats 2 --dtype bfloat16 --draft $D \
+    --batch-size $b --draft-length $k $([ $b = 8 ] && echo --no-peer)
+done; done
 for spec in "--dtype bfloat16 --draft ngram" "--dtype float32 --draft default"; do
   for b in 1 8; do
     echo "== bench $spec B=$b"
@@ -17,9 +23,19 @@ for spec in "--dtype bfloat16 --draft ngram" "--dtype float32 --draft default"; 
 done
 echo "== exactness (fp32)"
 $PY bench/exactness.py --max-new-tokens 32
-echo "== sweep (bf16 target, ngram draft)"
-$PY -m specviz sweep --prompts bench/prompts.txt --max-new-tokens 64 --dtype bfloat16 --draft ngram \
-  --batch-sizes 1,2,4,8 --draft-lengths 1,2,4,6,8 --out-dir bench/out/sweep-ngram
+for d in default ngram; do
+  echo "== sweep (bf16 target, draft $d; interleaved cells, ragged prediction)"
+  $PY -m specviz sweep --prompts bench/prompts.txt --max-new-tokens 64 --dtype bfloat16 --draft $d \
+    --batch-sizes 1,2,4,8 --draft-lengths 1,2,4,6,8 --recalibrate --out-dir bench/out/sweep-$d
+done
+$PY -m specviz calibrate --dtype bfloat16 --draft default
+for c in "fixed --draft-length 1" "fixed --draft-length 2" "fixed --draft-length 3" "bass --draft-length 2" \
+         "analytic --draft-length 2" "heuristic --draft-length 2"; do
+  echo "== policy $c, B=8 (default pair)"
+  $PY -m specviz bench $P --dtype bfloat16 --draft default --batch-size 8 --no-peer --controller $c
+done
+echo "== live view vs headless"
+$PY bench/live_overhead.py
 for c in "fixed --draft-length 1" "fixed --draft-length 2" "bass --draft-length 4" "analytic --draft-length 2"; do
   echo "== policy $c, B=8 (bf16 target, ngram draft)"
   $PY -m specviz bench $P --dtype bfloat16 --draft ngram --batch-size 8 --controller $c

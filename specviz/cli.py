@@ -270,9 +270,10 @@ def cmd_sweep(a) -> int:
     (out / "sweep.json").write_text(json.dumps({"calibration": cal.to_json(), "summary": summary,
                                                 "config": cfg.to_trace_config(target, proposer)}, indent=1))
     print(f"\nmedian |predicted - measured| / measured: {summary['median_abs_rel_error']:.3f}")
-    print(f"{'B':>3} {'best k (measured)':>18} {'k* (predicted)':>15} {'speedup':>8}")
+    print(f"{'B':>3} {'best k (measured)':>18} {'k* (predicted)':>15} {'k* (one alpha)':>15} {'speedup':>8}")
     for b, v in summary["per_batch_size"].items():
-        print(f"{b:>3} {v['measured_best_k']:>18} {v['predicted_k_star']:>15} {v['measured_best_speedup']:>8.2f}")
+        print(f"{b:>3} {v['measured_best_k']:>18} {v['predicted_k_star']:>15} {v['predicted_k_star_one_alpha']:>15} "
+              f"{v['measured_best_speedup']:>8.2f}")
     print(f"written to {out / 'sweep.csv'} and {out / 'sweep.json'}", file=sys.stderr)
     return 0
 
