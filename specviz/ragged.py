@@ -17,10 +17,26 @@ from __future__ import annotations
 import torch
 
 
+def contiguous_head_input(model: torch.nn.Module) -> None:
+    """Make the output layer's input contiguous (a forward pre-hook, installed once per model).
+
+    With ``logits_to_keep=1`` transformers feeds the head ``hidden[:, -1:, :]``, a strided
+    [B, 1, H] view. For such an input torch's matmul cannot fold the batch into one GEMM and
+    falls back to a bmm against the weight expanded per row: a B x H x V copy. At B = 8 and
+    V = 49152 on this CPU that was 441 ms per prefill, against 5.5 ms for the contiguous input.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None or getattr(head, "_specviz_contiguous_input", False):
+        return
+    head.register_forward_pre_hook(lambda module, args: (args[0].contiguous(), *args[1:]))
+    head._specviz_contiguous_input = True
+
+
 class RaggedCache:
     def __init__(self, model: torch.nn.Module, compact_threshold: float = 0.25):
         from transformers import DynamicCache
 
+        contiguous_head_input(model)
         self.model = model
         self.cache = DynamicCache(config=model.config)
         self.device = next(model.parameters()).device

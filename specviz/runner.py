@@ -154,8 +154,8 @@ DEFAULT_DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft-SmolLM2-
 def resolve_draft_spec(draft: str, target) -> str:
     """`default` draft: the best cheap draft measured so far for this target (BENCHMARKS.md).
 
-    - packaged target in bf16/fp16: the shipped distilled draft (2 layers, c ~ 0.1; 1.33x at
-      B = 1 on chat prompts vs 1.26x for n-grams);
+    - packaged target in bf16/fp16: the shipped distilled draft (2 layers, c ~ 0.09; 1.15-1.33x
+      at B = 1 on chat prompts, n-grams 1.26x);
     - a target in float32: its own weights in bfloat16 (acceptance ~0.97 at about half the cost);
     - otherwise prompt-lookup n-grams.
     """

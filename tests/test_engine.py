@@ -164,3 +164,22 @@ def test_engine_with_the_triton_kernel_equals_the_reference(target, prompts, ref
     dec = SpecDecoder(target, draft, Fixed(3), ["p"] * 4, prompts, SamplingParams(), 12, accept_fn=get_accept_fn("triton"))
     list(dec.steps())
     assert [r.output for r in dec.rows] == [r[:12] for r in reference]
+
+
+def test_output_layer_gets_a_contiguous_input_on_last_only_forwards():
+    """logits_to_keep=1 hands the head a strided [B, 1, H] view, for which torch's matmul copies
+    the weight once per row (441 ms at B=8, V=49152 on the CPU box); the cache's hook prevents it."""
+    from specviz.ragged import RaggedCache
+
+    m = tiny_llama(V, seed=3)
+    seen = []
+    m.model.lm_head.register_forward_hook(lambda mod, args, out: seen.append(args[0].is_contiguous()))
+    kv = RaggedCache(m.model)
+    ids = torch.randint(0, V, (3, 5))
+    logits = kv.forward(ids, torch.ones(3, 5, dtype=torch.bool), last_only=True)
+    assert logits.shape == (3, 1, V)
+    assert seen == [True]
+    full = m.model(input_ids=ids).logits[:, -1:]  # same numbers as the unhooked full forward
+    torch.testing.assert_close(logits, full)
+    RaggedCache(m.model)  # installing twice keeps one hook
+    assert len(m.model.lm_head._forward_pre_hooks) == 1
