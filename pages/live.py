@@ -135,7 +135,8 @@ def headline(trace: dict, regular: dict | None) -> None:
         c = appstate.draft_cost_ratio(trace) or 0.05
         pred = appstate.predicted_speedup(trace, costs, cost_ratio=c)
         cols[4].metric("predicted speedup", fmt(pred, "{:.2f}x"),
-                       help=("fitted cost model" if costs is not None else
+                       help=("fitted cost model; each row's own alpha and length, the batch running to its last row"
+                             if costs is not None else
                              f"not calibrated yet: batch-1 formula with measured alpha and c={c:.3f}"))
 
 

@@ -71,7 +71,11 @@ def alpha_from_trace(trace: dict) -> float | None:
 
 
 def predicted_speedup(trace: dict, costs=None, cost_ratio: float = 0.05) -> float | None:
-    """The analytic model's speedup for this trace's (b, k, alpha); None if not computable."""
+    """The analytic model's speedup for this trace's (b, k, alpha); None if not computable.
+
+    With calibrated costs and per-row data in the trace: the ragged-completion prediction from
+    each row's own alpha and length (specviz.sweep.predicted_ragged, what the sweep reports);
+    otherwise the one-alpha formula."""
     an = analytic_module()
     cfg = trace.get("config", {})
     alpha = alpha_from_trace(trace)
@@ -80,6 +84,11 @@ def predicted_speedup(trace: dict, costs=None, cost_ratio: float = 0.05) -> floa
     b, k = int(cfg.get("batch_size", 1)), int(cfg.get("draft_length", 0))
     try:
         if costs is not None:
+            if k > 0 and cfg.get("controller", "fixed") == "fixed" and any(
+                    q.get("output_token_ids") for q in trace.get("sequences", [])):
+                from .sweep import predicted_ragged
+
+                return predicted_ragged([trace], k, costs)
             return an.speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead, costs.regular_overhead)
         return an.speedup_batch1(min(alpha, 1.0), k, cost_ratio)
     except Exception:

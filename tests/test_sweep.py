@@ -67,3 +67,20 @@ def test_ragged_prediction_uses_each_rows_alpha_and_length():
     costs = Costs(target=CostModel(0.01, 0.0, 0.001), draft=CostModel(0.001, 0.0, 0.0), overhead=0.002)
     expect = speedup_ragged(lengths, alphas, 2, costs.target, costs.draft, costs.overhead)
     assert predicted_ragged([trace, trace], 2, costs) == pytest.approx(expect)
+
+
+def test_live_headline_prediction_is_the_ragged_one_with_costs():
+    from specviz.analytic import CostModel, Costs, speedup_batch
+    from specviz.sweep import predicted_ragged
+    from specviz.tracestats import predicted_speedup
+
+    steps = [{"k": 2, "rows": [{"index": 0, "active": True, "accepted": 2, "drafted": 2},
+                               {"index": 1, "active": True, "accepted": 0, "drafted": 2}]} for _ in range(4)]
+    trace = {"config": {"batch_size": 2, "draft_length": 2, "controller": "fixed", "mode": "speculative"},
+             "steps": steps, "sequences": [{"index": 0, "output_token_ids": [5] * 12},
+                                           {"index": 1, "output_token_ids": [5] * 4}],
+             "summary": {"drafted": 16, "accepted": 8}}
+    costs = Costs(target=CostModel(0.01, 0.0, 0.001), draft=CostModel(0.001, 0.0, 0.0), overhead=0.002)
+    got = predicted_speedup(trace, costs)
+    assert got == pytest.approx(predicted_ragged([trace], 2, costs))
+    assert got != pytest.approx(speedup_batch(2, 2, 0.5, costs.target, costs.draft, costs.overhead))
