@@ -32,6 +32,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--raw-prompt", action="store_true", help="do not apply the chat template")
+    p.add_argument("--draft-confidence", type=float, default=0.0, metavar="P",
+                   help="model drafts: a row stops drafting after a token the draft gives probability < P "
+                        "(transformers' assistant_confidence_threshold; 0 = always draft k)")
 
 
 def _config(a):
@@ -49,7 +52,8 @@ def _config(a):
     return RunConfig(target=a.target, draft=a.draft, prompts=prompts, batch_size=a.batch_size,
                      draft_length=a.draft_length, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
                      top_p=a.top_p, seed=a.seed, controller=a.controller, mode=a.mode, device=a.device,
-                     dtype=a.dtype, raw_prompt=a.raw_prompt, controller_args=cargs)
+                     dtype=a.dtype, raw_prompt=a.raw_prompt, controller_args=cargs,
+                     draft_confidence=a.draft_confidence)
 
 
 def _progress(total: int, desc: str):

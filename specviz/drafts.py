@@ -35,8 +35,13 @@ class ModelDraft:
 
     kind = "model"
 
-    def __init__(self, loaded, vocab_size: int | None = None, compact_threshold: float = 0.25):
+    def __init__(self, loaded, vocab_size: int | None = None, compact_threshold: float = 0.25,
+                 stop_below: float = 0.0):
         self.loaded = loaded
+        # A row stops drafting after a token the draft gave probability < stop_below (that token is
+        # still proposed), as transformers' assistant_confidence_threshold does; the draft loop
+        # ends once every row has stopped. 0 = always draft k.
+        self.stop_below = stop_below
         self.model = loaded.model
         self.device = loaded.device
         self.vocab_size = vocab_size  # the target's V: q is padded/cut to it
@@ -68,20 +73,27 @@ class ModelDraft:
     @torch.inference_mode()
     def propose(self, contexts, k: int, params: SamplingParams, u: torch.Tensor) -> Proposal:
         B = len(self.pending)
-        tokens = torch.empty(B, k, dtype=torch.long, device=self.device)
+        tokens = torch.full((B, k), -1, dtype=torch.long, device=self.device)
+        n = torch.full((B,), k, dtype=torch.long, device=self.device)  # proposals per row
         probs = [] if not params.greedy else None
         ids, valid = left_pad(self.pending, 0, self.device)
+        m = k  # draft forwards run this step
         for j in range(k):
             logits = self._q(self.kv.forward(ids, valid, last_only=True)[:, -1])  # [B, V]
             tok, q = sample_tokens(logits, params, u[:, j])
-            tokens[:, j] = tok
+            tokens[:, j] = torch.where(n > j, tok, -1)
             if probs is not None:
                 probs.append(q)
+            if self.stop_below > 0:
+                conf = torch.softmax(logits.float(), dim=-1).amax(dim=-1)  # [B] the draft's top probability
+                n = torch.where((n == k) & (conf < self.stop_below), j + 1, n)
+                if j + 1 < k and bool((n <= j + 1).all()):
+                    m = j + 1
+                    break
             if j + 1 < k:  # the k-th draft token is never fed here (see the class docstring)
                 ids, valid = tok.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool, device=self.device)
-        self._fed = max(k - 1, 0)
-        self._proposed = k
-        n = torch.full((B,), k, dtype=torch.long, device=self.device)
+        self._fed = max(m - 1, 0)
+        self._proposed = m
         return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None)
 
     def commit(self, num_accepted: list[int], emitted: list[list[int]]) -> None:

@@ -42,6 +42,7 @@ class RunConfig:
     dtype: str = "auto"
     raw_prompt: bool = False
     controller_args: dict = dataclasses.field(default_factory=dict)
+    draft_confidence: float = 0.0  # model drafts: a row stops drafting after a token with draft probability below this
 
     def validate(self) -> None:
         """Reject bad input with one clear sentence (checked before anything loads)."""
@@ -55,6 +56,8 @@ class RunConfig:
             raise SpecvizError(f"temperature must be 0 (greedy) or positive (got {self.temperature})")
         if not 0 < self.top_p <= 1:
             raise SpecvizError(f"top-p must be in (0, 1] (got {self.top_p})")
+        if not 0 <= self.draft_confidence < 1:
+            raise SpecvizError(f"draft confidence must be in [0, 1) (got {self.draft_confidence})")
         if self.mode not in ("speculative", "regular"):
             raise SpecvizError(f"mode must be speculative or regular (got {self.mode!r})")
         if not self.prompts:
@@ -168,7 +171,7 @@ def resolve_draft_spec(draft: str, target) -> str:
     return "ngram"
 
 
-def make_proposer(draft: str, target):
+def make_proposer(draft: str, target, stop_below: float = 0.0):
     spec = resolve_draft_spec(draft, target)
     if spec == "none":
         return None
@@ -182,12 +185,12 @@ def make_proposer(draft: str, target):
     else:
         loaded = get_model(spec, str(target.device), str(target.dtype).removeprefix("torch."))
     check_tokenizers_agree(target.tokenizer, loaded.tokenizer)
-    return ModelDraft(loaded, vocab_size=target.model.config.vocab_size)
+    return ModelDraft(loaded, vocab_size=target.model.config.vocab_size, stop_below=stop_below)
 
 
 def load_pair(cfg: RunConfig):
     target = get_model(cfg.target, cfg.device, cfg.dtype)
-    proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target)
+    proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target, cfg.draft_confidence)
     return target, proposer
 
 

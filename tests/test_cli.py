@@ -20,6 +20,7 @@ BAD = [
     (["--temperature", "-0.5"], "temperature must be 0"),
     (["--top-p", "0"], "top-p must be in (0, 1]"),
     (["--top-p", "1.01"], "top-p must be in (0, 1]"),
+    (["--draft-confidence", "1.5"], "draft confidence must be in [0, 1)"),
     (["--device", "cuda"], "CUDA is not available"),
     (["--controller", "nope"], "unknown controller"),
 ]

@@ -183,3 +183,44 @@ def test_output_layer_gets_a_contiguous_input_on_last_only_forwards():
     torch.testing.assert_close(logits, full)
     RaggedCache(m.model)  # installing twice keeps one hook
     assert len(m.model.lm_head._forward_pre_hooks) == 1
+
+
+def test_confidence_stop_keeps_greedy_exact_and_shortens_proposals(target, prompts, reference):
+    """Rows stop drafting after a token the draft is unsure of (transformers'
+    assistant_confidence_threshold): fewer, shorter proposals, the same greedy output."""
+    draft = ModelDraft(perturbed_copy(target, noise=0.3), vocab_size=V, stop_below=0.021)  # top probs ~0.02 here
+    dec, steps = decode(target, prompts, draft, 6, 20)
+    assert [r.output for r in dec.rows] == reference
+    drafted = [r["drafted"] for s in steps for r in s["rows"] if r["active"]]
+    assert min(drafted) < 6 and max(drafted) == 6  # some rows stopped early, some drafted all k
+    assert any(s["verify_width"] < 7 for s in steps)  # steps where every row stopped early
+
+
+def test_confidence_stop_preserves_the_target_distribution():
+    """Sampling with early-stopped proposals: the first two tokens' joint distribution over
+    4,000 rows matches the target's exact one (chi-square, as for the acceptance rule)."""
+    Vs = 6
+    tgt = tiny_llama(Vs, seed=5)
+    draft = ModelDraft(perturbed_copy(tgt, noise=0.8, seed=6), vocab_size=Vs, stop_below=0.35)
+    prompt = [1, 2, 3]
+    params = SamplingParams(temperature=1.0)
+    with torch.inference_mode():
+        p1 = torch.softmax(tgt.model(torch.tensor([prompt])).logits[0, -1].double(), -1)
+        p2 = torch.stack([torch.softmax(tgt.model(torch.tensor([prompt + [a]])).logits[0, -1].double(), -1)
+                          for a in range(Vs)])
+    joint = (p1.unsqueeze(1) * p2).flatten().numpy()  # exact P(t1, t2)
+    counts = torch.zeros(Vs * Vs)
+    for seed in range(4):
+        dec, steps = decode(tgt, [prompt] * 1000, draft, 3, 2, params=params, seed=seed)
+        for r in dec.rows:
+            counts[r.output[0] * Vs + r.output[1]] += 1
+    assert any(r["drafted"] < 3 for s in steps for r in s["rows"] if r["active"])
+    expected = torch.as_tensor(joint) * counts.sum()
+    big = expected >= 5  # pool the rare cells so every cell's expectation is >= 5
+    obs, exp = counts[big], expected[big].float()
+    if (~big).any():
+        obs, exp = torch.cat([obs, counts[~big].sum().view(1)]), torch.cat([exp, expected[~big].sum().view(1).float()])
+    chi2 = float(((obs - exp) ** 2 / exp).sum())
+    df = len(obs) - 1
+    bound = df * (1 - 2 / (9 * df) + 3.09 * (2 / (9 * df)) ** 0.5) ** 3  # P(X > bound) ~ 0.001 (Wilson-Hilferty)
+    assert chi2 < bound, f"chi2 {chi2:.1f} >= {bound:.1f} (df {df})"
