@@ -18,6 +18,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from omp_threads import in_thread  # noqa: E402
 from specviz import appstate, charts  # noqa: E402
 from specviz.promptsets import CHAT  # noqa: E402
 from specviz.runner import RunConfig, load_pair, run  # noqa: E402
@@ -51,30 +54,18 @@ def live(cfg, decode, interval: float = 0.5, draw: bool = True):
     return r.trace["summary"]["wall_s"], statistics.mean(draws), len(draws)
 
 
-def in_thread(fn):
-    """fn() in a fresh thread. All torch work here runs off the main thread, as in the app.
-
-    With libgomp (this torch build), once two threads have each run an OpenMP parallel region,
-    there are more OpenMP threads than cores (2 here) and every team's idle workers stop
-    spin-waiting. Small ops then take ~1.8x as long (bench/omp_threads.py: 42 us against 79 us
-    for an 8x576 bf16 linear). A main thread that has touched torch keeps its team for
-    the life of the process, so measuring the headless run in the main thread and the live
-    run in a worker made the worker look 1.26x slower with no drawing at all. Streamlit's main
-    thread never runs torch, so the app's worker has the cores' one team to itself, like the CLI.
-    """
-    out = {}
-    t = threading.Thread(target=lambda: out.update(r=fn()))
-    t.start()
-    t.join()
-    return out["r"]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-draw", action="store_true", help="run the worker without drawing (isolates the worker's cost)")
     a = ap.parse_args()
     cfg = RunConfig(prompts=CHAT, batch_size=8, draft_length=2, draft="default", max_new_tokens=64)
+    # All torch work runs off the main thread, as in the app. With libgomp (this torch build), a
+    # main thread that has run torch keeps its own OpenMP team; with more OpenMP threads than
+    # cores (2 here) idle workers stop spin-waiting and small ops in any other thread take ~1.8x
+    # as long (bench/omp_threads.py). Measuring the headless run in the main thread and the live
+    # run in a worker made the worker look 1.26x slower with no drawing at all. Streamlit's main
+    # thread never runs torch, so the app's worker has the cores' one team to itself, like the CLI.
     target, proposer = in_thread(lambda: load_pair(cfg))
     decode = appstate.decoder_for(target.tokenizer)
     in_thread(lambda: run(cfg, target, proposer))  # warm-up

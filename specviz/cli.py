@@ -142,9 +142,10 @@ def _peer_generate(target, proposer, cfg) -> float | None:
 
 def _bench_pass(cfg, target, proposer, desc: str) -> tuple[float, list[dict]]:
     """Every prompt once, in batches of B (RunConfig.every_prompt): tokens/s and the traces."""
+    from .runner import tokens_per_s
+
     traces = [_run_with_progress(c, target, proposer, desc, telemetry=False) for c in cfg.every_prompt()]
-    tokens = sum(t["summary"]["tokens"] for t in traces)
-    return tokens / sum(t["summary"]["wall_s"] for t in traces), traces
+    return tokens_per_s(traces), traces
 
 
 def cmd_bench(a) -> int:

@@ -154,6 +154,11 @@ def get_model(spec: str, device: str = "auto", dtype: str = "auto"):
 DEFAULT_DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft-SmolLM2-135M-Instruct"
 
 
+def tokens_per_s(traces: list[dict]) -> float:
+    """Throughput over several runs (e.g. RunConfig.every_prompt's batches): tokens / wall time."""
+    return sum(t["summary"]["tokens"] for t in traces) / sum(t["summary"]["wall_s"] for t in traces)
+
+
 def resolve_draft_spec(draft: str, target) -> str:
     """`default` draft: the best cheap draft measured so far for this target (BENCHMARKS.md).
 

@@ -20,7 +20,7 @@ import dataclasses
 import statistics
 
 from .analytic import expected_accepted, optimal_k, ragged_batch_times, speedup_batch
-from .runner import RunConfig, run
+from .runner import RunConfig, run, tokens_per_s
 
 
 def alpha_from_accepted(mean_accepted: float, k: int) -> float:
@@ -66,7 +66,8 @@ def predicted_ragged(traces: list[dict], k: int, costs) -> float:
         alphas, lengths = row_alphas_and_lengths(t, k)
         if not lengths or not any(lengths):
             continue
-        r, sp = ragged_batch_times(lengths, alphas, k, costs.target, costs.draft, costs.overhead)
+        r, sp = ragged_batch_times(lengths, alphas, k, costs.target, costs.draft, costs.overhead,
+                                   costs.regular_overhead)
         t_reg, t_spec = t_reg + r, t_spec + sp
     return t_reg / t_spec if t_spec else float("nan")
 
@@ -79,15 +80,14 @@ def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibra
         def cell_pass(k):
             """Every prompt once at batch size b, each batch run regular then speculative back to
             back, so the machine's drift hits both alike: (speedup, regular tok/s, spec tok/s, traces)."""
+            reg_cfg = dataclasses.replace(base, batch_size=b, draft_length=0, mode="regular", controller="fixed")
+            spec_cfg = dataclasses.replace(reg_cfg, draft_length=k, mode="speculative")
             ratios, regs, specs, trs = [], [], [], []
             for _ in range(repeats):
-                reg_cfg = dataclasses.replace(base, batch_size=b, draft_length=0, mode="regular", controller="fixed")
-                spec_cfg = dataclasses.replace(reg_cfg, draft_length=k, mode="speculative")
                 pairs = [(run(rc, target, None, telemetry=False), run(sc, target, proposer, telemetry=False))
                          for rc, sc in zip(reg_cfg.every_prompt(), spec_cfg.every_prompt())]
-                rate = lambda ts: sum(t["summary"]["tokens"] for t in ts) / sum(t["summary"]["wall_s"] for t in ts)  # noqa: E731
-                regs.append(rate([r for r, _ in pairs]))
-                specs.append(rate([sp for _, sp in pairs]))
+                regs.append(tokens_per_s([r for r, _ in pairs]))
+                specs.append(tokens_per_s([sp for _, sp in pairs]))
                 ratios.append(specs[-1] / regs[-1])
                 trs = [sp for _, sp in pairs]
             return statistics.median(ratios), statistics.median(regs), statistics.median(specs), trs
@@ -100,7 +100,7 @@ def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibra
             speedup, regular, spec, trs = cell_pass(k)
             alpha = alpha_from_accepted(mean_accepted_per_row_step(trs), k)
             costs = calibration.costs(b)
-            predicted_iid = speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead)
+            predicted_iid = speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead, costs.regular_overhead)
             predicted = predicted_ragged(trs, k, costs)
             cell = {"batch_size": b, "draft_length": k, "alpha": alpha,
                     "acceptance_rate": sum(t["summary"]["accepted"] for t in trs) / max(1, sum(t["summary"]["drafted"] for t in trs)),
