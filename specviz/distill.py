@@ -451,10 +451,16 @@ def evaluate_agreement(draft, data, batch_size: int = 16, autocast: bool = True)
     return {"agreement": agree / max(n, 1), "loss": loss_sum / max(n, 1), "positions": n}
 
 
-def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, seed: int, budget_s: float,
+def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, seed: int, budget_s: float | None = None,
           weight_decay: float = 0.05, warmup: int = 30, eval_every: int = 100, autocast: bool = True, log=None) -> dict:
-    """AdamW, linear warmup then cosine to 10% over max(step/steps, elapsed/budget); keeps the best
-    held-out checkpoint. Returns the history."""
+    """AdamW, linear warmup then cosine to 10% over ``steps``; keeps the best held-out checkpoint.
+
+    Everything that shapes the weights (batch order, learning rate) follows the step count and
+    the seed, never the clock, so the same data, seed and ``steps`` give the same weights on the
+    same device and thread count. ``budget_s`` is only a safety stop: if it ends training first,
+    the history says ``stopped_by="time budget"`` and those weights depend on the machine's
+    speed (the schedule was cut short at whatever step the clock allowed). Returns the history.
+    """
     from tqdm import tqdm
 
     params = [p for p in draft.parameters() if p.requires_grad]
@@ -482,10 +488,15 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
             log(f"step {step}: train loss {recent}  held-out agreement {v['agreement']:.3f}  loss {v['loss']:.3f}")
 
     checkpoint()  # the starting point (target layers) is a candidate too
+    stopped_by = "steps"
     while step < steps:
-        progress = max(step / steps, (time.perf_counter() - t0) / budget_s)
-        if progress >= 1:
+        if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+            stopped_by = "time budget"
+            if log:
+                log(f"time budget reached at step {step} of {steps}: these weights depend on this machine's speed; "
+                    f"for reproducible weights give the budget room for --steps to end training")
             break
+        progress = step / steps
         scale = min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
         for group in opt.param_groups:
             group["lr"] = lr * scale
@@ -508,7 +519,7 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
     if not val_data:
         best = hist["val"][-1]
     draft.eval()
-    return {"steps": step, "train_s": time.perf_counter() - t0, "best": best, **hist}
+    return {"steps": step, "stopped_by": stopped_by, "train_s": time.perf_counter() - t0, "best": best, **hist}
 
 
 # =============================================================================================
@@ -592,7 +603,8 @@ def add_distill_parser(sub) -> None:
                    help="data-generation processes, one thread each (0 = auto: up to 4 on CPU, 1 on CUDA); on a busy "
                         "2-core CPU, 2 workers x 1 thread ran 3x faster than 1 x 2 threads")
     p.add_argument("--topk", type=int, default=32, help="target logits kept per token (soft labels)")
-    p.add_argument("--steps", type=int, default=3000, help="training steps (the time budget may stop it earlier)")
+    p.add_argument("--steps", type=int, default=3000,
+                   help="training steps; the learning-rate schedule follows them, so they fix the weights")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per training step")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.05)
@@ -600,7 +612,9 @@ def add_distill_parser(sub) -> None:
     p.add_argument("--layers", type=int, default=2, help="draft depth (layers at the target's width)")
     p.add_argument("--init-layers", default="first", help="'first' or comma-separated target layer ids to start from")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--time-budget-min", type=float, default=15.0, help="training wall-clock budget in minutes")
+    p.add_argument("--time-budget-min", type=float, default=None,
+                   help="safety stop for training, in minutes (default: none); if it ends training before --steps, "
+                        "the weights depend on the machine's speed and the report says so")
     p.add_argument("--eval-every", type=int, default=100, help="steps between held-out checkpoints")
     p.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts for the engine evaluation")
     p.add_argument("--eval-max-new-tokens", type=int, default=64)
@@ -658,7 +672,7 @@ def _validate(a) -> list[int]:
                  "eval_max_new_tokens"):
         if getattr(a, name) < 1:
             raise SpecvizError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(a, name)})")
-    if a.steps < 0 or a.val_samples < 0 or a.time_budget_min <= 0:
+    if a.steps < 0 or a.val_samples < 0 or (a.time_budget_min is not None and a.time_budget_min <= 0):
         raise SpecvizError("--steps and --val-samples must be >= 0 and --time-budget-min > 0")
     try:
         ks = [int(x) for x in a.eval_ks.split(",") if x.strip()]
@@ -731,7 +745,7 @@ def cmd_distill(a) -> int:
     # ---- 3. training
     train_data = _tensors(train_samples, vocab_map, V)
     val_data = _tensors(val_samples, vocab_map, V)
-    hist = train(draft, train_data, val_data, a.steps, a.batch_size, a.lr, a.seed, 60 * a.time_budget_min,
+    hist = train(draft, train_data, val_data, a.steps, a.batch_size, a.lr, a.seed, 60 * a.time_budget_min if a.time_budget_min else None,
                  weight_decay=a.weight_decay, eval_every=a.eval_every, log=_log)
     _log(f"trained {hist['steps']} steps in {hist['train_s']:.0f} s; best held-out agreement "
          f"{hist['best']['agreement']:.3f} (step {hist['best']['step']})")
@@ -793,11 +807,12 @@ def _report(a, target, loaded, own, layer_ids, vocab_map, train_samples, val_sam
                    "device": str(target.device)},
         "draft": {"layers": a.layers, "init_layers": layer_ids, "vocab": len(vocab_map), "own_params": own,
                   "own_bytes_bf16": 2 * own},
-        "data": {"train_samples": len(train_samples), "train_tokens": n_tokens, "val_samples": len(val_samples),
+        "data": {"train_samples": len(train_samples), "requested_samples": a.samples, "train_tokens": n_tokens, "val_samples": len(val_samples),
                  "val_tokens": sum(map(len, val_out)), "generation_s": gen_s, "threads": torch.get_num_threads(),
                  "outside_map_rate_heldout": _outside_rate(val_out, vocab_map) if val_out else None,
                  "outside_map_rate_freeform": _outside_rate(free[0]["outputs"], vocab_map) if free else None},
-        "training": {"steps": hist["steps"], "train_s": hist["train_s"], "best": hist["best"],
+        "training": {"steps": hist["steps"], "stopped_by": hist["stopped_by"], "reproducible": hist["stopped_by"] == "steps",
+                     "train_s": hist["train_s"], "best": hist["best"],
                      "loss_first": float(np.mean(hist["loss"][:10])) if hist["loss"] else None,
                      "loss_last": float(np.mean(hist["loss"][-10:])) if hist["loss"] else None,
                      "loss_curve": hist["loss"][:: max(1, len(hist["loss"]) // 200)], "val_curve": hist["val"]},
@@ -823,7 +838,9 @@ def format_report(r: dict) -> str:
         f"  outside    held-out tokens outside the map: {_pct(r['data']['outside_map_rate_heldout'])}, "
         f"free-form: {_pct(r['data']['outside_map_rate_freeform'])}",
         f"  training   {t['steps']} steps in {t['train_s']:.0f} s; loss {t['loss_first'] or 0:.3f} -> {t['loss_last'] or 0:.3f}; "
-        f"best held-out top-1 agreement {t['best']['agreement']:.3f} at step {t['best']['step']}",
+        f"best held-out top-1 agreement {t['best']['agreement']:.3f} at step {t['best']['step']}"
+        + ("" if t.get("stopped_by", "steps") == "steps" else
+           " (the time budget ended training: not reproducible bit for bit)"),
         f"  cost c     B=1: {c['1']['c']:.3f} ({c['1']['t_draft_ms']:.1f} / {c['1']['t_target_ms']:.1f} ms)   "
         f"B=8: {c['8']['c']:.3f} ({c['8']['t_draft_ms']:.1f} / {c['8']['t_target_ms']:.1f} ms)",
     ]
@@ -868,6 +885,7 @@ all others get logit -inf and are never proposed).
 
 Files: `config.json` (LlamaConfig; vocab_size is the target's), `model.safetensors` (the draft's
 own weights, bf16; `lm_head.weight` is [n_map, hidden]), `specviz_draft.json`, tokenizer files,
-`report.json` (all numbers, loss and held-out curves). Weights are reproducible from the same
-data when `--steps` (not the time budget) ends training; timings on a shared CPU are noisy.
+`report.json` (all numbers, loss and held-out curves). The seed, the data and `--steps` fix the
+weights (same device and thread count); a run the time budget ended says so in `report.json`
+("stopped_by"). Timings on a shared CPU are noisy.
 """

@@ -75,6 +75,24 @@ def test_training_loss_drops(distilled):
     assert t["loss_last"] < 0.8 * t["loss_first"]
 
 
+def test_same_data_seed_and_steps_give_the_same_weights(distilled, tmp_path):
+    """The weights follow the seed, the data and --steps only, never the clock (issue 5: reproducible)."""
+    first, report = distilled
+    assert report["training"]["stopped_by"] == "steps" and report["training"]["reproducible"]
+    a = parse(["--out", str(tmp_path), "--data", str(first / "data"), *TINY])
+    assert a.func(a) == 0
+    assert (tmp_path / "model.safetensors").read_bytes() == (first / "model.safetensors").read_bytes()
+    assert json.loads((tmp_path / DRAFT_FILE).read_text())["vocab_map"] == json.loads((first / DRAFT_FILE).read_text())["vocab_map"]
+
+
+def test_a_time_budget_stop_is_reported():
+    from specviz.distill import train
+
+    model = torch.nn.Linear(2, 2)
+    hist = train(model, [], [], steps=5, batch_size=1, lr=1e-3, seed=0, budget_s=0.0)
+    assert hist["steps"] == 0 and hist["stopped_by"] == "time budget"
+
+
 def test_saved_weights_exclude_the_target_embedding(distilled, target):
     from safetensors import safe_open
 
