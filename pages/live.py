@@ -42,7 +42,8 @@ with c1:
     st.slider("Batch size b", 1, 64, 4, key="batch_size")
     st.slider("Draft length k (0 = regular decoding)", 0, 16, 2, key="draft_length")
     st.selectbox("Draft-length controller", list(CONTROLLERS), key="controller",
-                 help="fixed k, transformers' heuristic (+2/-1), BASS, a batch-size table, or the analytic optimum")
+                 help="fixed k, transformers' heuristic (+2/-1), BASS (Algorithm 1 as the paper states it), "
+                      "BASS capped by the calibrated k*, a batch-size table, or the analytic optimum")
     if st.session_state.get("controller") == "table":
         st.text_input("k table (batch size:k, ...)", "1:4,4:3,16:1,64:0", key="k_table")
 with c2:

@@ -230,7 +230,7 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     ids = encode_prompts(target.tokenizer, prompts, cfg.raw_prompt)
     k = cfg.draft_length if proposer is not None else 0
     cargs = dict(cfg.controller_args)
-    if cfg.controller == "analytic" and proposer is not None and "costs" not in cargs:
+    if cfg.controller in ("analytic", "bass-capped") and proposer is not None and "costs" not in cargs:
         from .calibrate import load_calibration
 
         cal = load_calibration(target, proposer)  # None: the policy falls back to the batch-1 formula

@@ -5,7 +5,7 @@ import pytest
 
 from specviz import analytic
 from specviz.analytic import CostModel, Costs
-from specviz.controllers import Analytic, Bass, Fixed, Heuristic, Table, make_controller, parse_k_table
+from specviz.controllers import Analytic, Bass, BassCapped, Fixed, Heuristic, Table, make_controller, parse_k_table
 from specviz.models import SpecvizError
 
 
@@ -85,6 +85,49 @@ def test_bass_growth_is_capped_by_k_max():
 def test_make_controller_bass_starts_at_k():
     policy = make_controller("bass", 5, k_max=12)
     assert policy.next_k(4) == 5 and policy.l_limit == 12 and policy.name == "bass"
+
+
+class ScriptedCap:
+    """Stands in for the calibrated cap: returns the scripted k*(b) and records what it saw."""
+
+    def __init__(self, caps):
+        self.caps, self.seen = list(caps), []
+
+    def next_k(self, batch_size):
+        return self.caps.pop(0)
+
+    def observe(self, drafted, accepted):
+        self.seen.append((drafted, accepted))
+
+
+def test_bass_capped_runs_algorithm_1_below_the_cap():
+    cap = ScriptedCap([9, 9, 3, 3, 16, 16])
+    policy = BassCapped(Bass(l_draft=7), cap)
+    script = [
+        ([7, 7], [7, 2]),  # max x == 7: min(7 + 2, cap 9) = 9, s = 0
+        ([9, 9], [9, 0]),  # max x == 9: min(11, 9) = 9
+        ([3, 3], [3, 3]),  # the cap fell to 3: k = 3; all accepted: min(5, 3) = 3
+        ([3, 3], [1, 0]),  # short: max(1, 1, 3 - 1 - 0) = 2, s = 1
+        ([2, 2], [2, 0]),  # the cap reopened to 16; max x == 2: 4
+    ]
+    assert run_script(policy, script) == [7, 9, 3, 3, 2, 4]
+    assert cap.seen == script  # the cap's acceptance estimate sees every step
+
+
+def test_bass_capped_turns_speculation_off_when_the_cap_is_zero_and_resumes_after():
+    cap = ScriptedCap([4, 0, 0, 5])
+    policy = BassCapped(Bass(l_draft=4), cap)
+    assert run_script(policy, [([4], [1]), ([0], [0]), ([0], [0])], batch_size=1) == [4, 0, 0, 3]
+    assert cap.seen == [([4], [1])]  # steps with speculation off are not evidence about the draft
+    assert policy.rule.s == 1  # ... nor steps for the BASS rule: its state is the one after step 1
+
+
+def test_bass_capped_takes_its_cap_from_the_calibrated_model():
+    costs = Costs(CostModel(0.0, 0.010, 1e-4), CostModel(0.0, 0.001, 1e-5), overhead=0.0005)
+    policy = make_controller("bass-capped", 16, costs=costs, prior_alpha=0.8)
+    assert policy.next_k(1) == analytic.optimal_k(1, 0.8, costs) < 16  # plain bass would draft 16
+    assert make_controller("bass", 16).next_k(1) == 16
+    assert policy.next_k(128) == 0
 
 
 # --- table --------------------------------------------------------------------------------------
@@ -181,7 +224,7 @@ def test_analytic_with_costs_turns_speculation_off_at_large_batch():
 # --- registry -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["fixed", "heuristic", "bass", "table", "analytic"])
+@pytest.mark.parametrize("name", ["fixed", "heuristic", "bass", "bass-capped", "table", "analytic"])
 def test_make_controller_builds_each_name_and_ignores_other_options(name):
     policy = make_controller(name, 3, table="1:3", k_max=8, cost_ratio=0.1, costs=None, unrelated=1)
     assert policy.name == name
