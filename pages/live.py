@@ -46,6 +46,9 @@ with c1:
                       "BASS capped by the calibrated k*, a batch-size table, or the analytic optimum")
     if st.session_state.get("controller") == "table":
         st.text_input("k table (batch size:k, ...)", "1:4,4:3,16:1,64:0", key="k_table")
+    if st.session_state.get("controller") in ("analytic", "bass-capped") and appstate.load_calibration() is None:
+        st.caption("Not calibrated yet: this policy picks k from the batch-1 formula (cost ratio 0.1) until "
+                   "`python -m specviz calibrate` has run for this pair.")
 with c2:
     st.slider("Temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="temperature")
     st.slider("Top-p", 0.05, 1.0, 1.0, 0.05, key="top_p")

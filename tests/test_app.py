@@ -304,3 +304,16 @@ def test_race_runs_regular_decoding_and_replays_both():
     at.button(key="replay").click().run()
     assert not at.exception
     assert "race_replay" in {el.key for el in at.get("plotly_chart")} or at.session_state["replay_t0"] is None
+
+
+def test_cost_aware_policies_say_when_uncalibrated_and_run(monkeypatch):
+    """analytic / bass-capped need the calibrated cost model; without one the page says what they use."""
+    monkeypatch.setattr(appstate, "load_calibration", lambda *a, **k: None)
+    at = new_app()
+    at.selectbox(key="controller").set_value("bass-capped").run()
+    assert any("Not calibrated yet" in c.value for c in at.caption)
+    run = finish(at, start_live_run(at, batch=2, max_new=4))
+    assert run.status == "done" and run.trace["config"]["controller"] == "bass-capped"
+    assert not at.exception and not errors(at)
+    at.selectbox(key="controller").set_value("fixed").run()
+    assert not any("Not calibrated yet" in c.value for c in at.caption)
