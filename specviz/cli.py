@@ -161,12 +161,18 @@ def cmd_bench(a) -> int:
     warm = dataclasses.replace(cfg, max_new_tokens=min(8, cfg.max_new_tokens))
     _run_with_progress(warm, target, proposer, "warm-up", telemetry=False)
     _run_with_progress(dataclasses.replace(warm, mode="regular"), target, None, "warm-up", telemetry=False)
-    results = {"regular": [], "speculative": []}
+    with_peer = cfg.batch_size == 1 and not a.no_peer and cfg.temperature == 0
+    if with_peer:
+        _peer_generate(target, proposer, dataclasses.replace(warm, prompts=warm.prompts[:1]))
+    results = {"regular": [], "speculative": [], "peer": []}
     traces = {}
-    for rep in range(a.repeats):  # interleaved so drift hits both alike
+    for rep in range(a.repeats):  # interleaved (peer too) so drift hits every arm alike
         for mode, c, prop in (("regular", reg_cfg, None), ("speculative", cfg, proposer)):
             tok_s, traces[mode] = _bench_pass(c, target, prop, f"{mode} {rep + 1}/{a.repeats}")
             results[mode].append(tok_s)
+        peer = _peer_generate(target, proposer, cfg) if with_peer else None
+        if peer is not None:
+            results["peer"].append(peer)
     reg, spec = statistics.median(results["regular"]), statistics.median(results["speculative"])
     steps = [st for t in traces["speculative"] for st in t["steps"]]
     seqs = [sq for t in traces["speculative"] for sq in t["sequences"]]
@@ -180,11 +186,12 @@ def cmd_bench(a) -> int:
     print(f"{'run':<28}{'tokens/s':>10}{'ratio':>8}")
     print(f"{'regular (ours, k=0)':<28}{reg:>10.1f}{1.0:>8.2f}")
     print(f"{'speculative (ours)':<28}{spec:>10.1f}{spec / reg:>8.2f}")
-    if cfg.batch_size == 1 and not a.no_peer and cfg.temperature == 0:
-        peer = _peer_generate(target, proposer, cfg)
-        if peer is not None:
-            print(f"{'transformers generate peer':<28}{peer:>10.1f}{peer / reg:>8.2f}")
-            print(f"ours vs peer: {spec / peer:.2f}x")
+    if results["peer"]:
+        peer = statistics.median(results["peer"])
+        ours_vs_peer = statistics.median(s_ / p_ for s_, p_ in zip(results["speculative"], results["peer"]))
+        print(f"{'transformers generate peer':<28}{peer:>10.1f}{peer / reg:>8.2f}")
+        print(f"ours vs peer: {ours_vs_peer:.2f}x (median of per-repeat ratios; per repeat: "
+              + ", ".join(f"{s_ / p_:.2f}" for s_, p_ in zip(results["speculative"], results["peer"])) + ")")
     print(f"acceptance rate {_fmt(s['acceptance_rate'])}, mean acceptance length {_fmt(s['mean_acceptance_length'])}, "
           f"overhead fraction {_fmt(s['overhead_frac'])}; per step: draft {1e3 * s['draft_s'] / s['steps']:.1f} ms, "
           f"verify {1e3 * s['verify_s'] / s['steps']:.1f} ms, accept {1e3 * s['accept_s'] / s['steps']:.1f} ms, "
