@@ -233,9 +233,15 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     if cfg.controller in ("analytic", "bass-capped") and proposer is not None and "costs" not in cargs:
         from .calibrate import load_calibration
 
-        cal = load_calibration(target, proposer)  # None: the policy falls back to the batch-1 formula
+        cal = load_calibration(target, proposer)
         if cal is not None:
             cargs["costs"] = cal.costs(cfg.batch_size)
+        else:
+            import warnings
+
+            warnings.warn(f"controller {cfg.controller!r}: no calibration for {target.name} + {proposer.name} on "
+                          f"{target.device} ({target.dtype}); it picks k from the batch-1 formula (cost ratio 0.1) "
+                          f"until `python -m specviz calibrate` runs for this pair", stacklevel=2)
     controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cargs)
     kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
     return SpecDecoder(target, proposer, controller, prompts, ids, cfg.params, cfg.max_new_tokens, cfg.seed, **kwargs)

@@ -109,3 +109,15 @@ def test_bench_at_batch_one_runs_the_transformers_peer(capsys):
                  "--draft-length", "2", "--max-new-tokens", "4", "--repeats", "1", "--dtype", "float32", "--device", "cpu"])
     out = capsys.readouterr().out
     assert code == 0 and "transformers generate peer" in out and "ours vs peer" in out
+
+
+@pytest.mark.parametrize("controller", ["analytic", "bass-capped"])
+def test_cost_aware_controllers_warn_without_a_calibration(controller, monkeypatch, tmp_path):
+    import specviz.calibrate
+
+    monkeypatch.setattr(specviz.calibrate, "load_calibration", lambda target, proposer: None)
+    out = tmp_path / "t.json"
+    with pytest.warns(UserWarning, match="no calibration .* batch-1 formula"):
+        code = main(["run", "--prompt", "Count: 1 2 3 1 2 3", "--draft", "ngram", "--controller", controller,
+                     "--max-new-tokens", "4", "--dtype", "float32", "--device", "cpu", "--out", str(out)])
+    assert code == 0 and load_json(str(out))["config"]["controller"] == controller
