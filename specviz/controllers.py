@@ -7,7 +7,9 @@ name with :func:`make_controller`.
 Interface (every policy):
   - ``name``: the CLI name;
   - ``next_k(batch_size) -> int``: the draft length for the coming step (0 = regular decoding);
-  - ``observe(drafted, accepted)``: one entry per active row of the step just run.
+  - ``observe(drafted, accepted, rows=None, remaining=None)``: one entry per active row of the
+    step just run; the engine also passes each row's index and the tokens it has left
+    (0 = finished), which ``analytic`` uses for the batch's ragged completion.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class Fixed:
     def next_k(self, batch_size: int) -> int:
         return self.k
 
-    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+    def observe(self, drafted: list[int], accepted: list[int], rows=None, remaining=None) -> None:
         pass
 
 
@@ -65,7 +67,7 @@ class Heuristic:
     def next_k(self, batch_size: int) -> int:
         return self.k
 
-    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+    def observe(self, drafted: list[int], accepted: list[int], rows=None, remaining=None) -> None:
         all_accepted = _all_accepted(drafted, accepted)
         if all_accepted is None:
             return
@@ -98,7 +100,7 @@ class Bass:
     def next_k(self, batch_size: int) -> int:
         return self.l_draft
 
-    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+    def observe(self, drafted: list[int], accepted: list[int], rows=None, remaining=None) -> None:
         if not accepted:
             return
         x_max = max(accepted)
@@ -136,10 +138,10 @@ class BassCapped:
         self.rule.l_draft = min(self.rule.l_draft, cap)
         return self.rule.l_draft
 
-    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+    def observe(self, drafted: list[int], accepted: list[int], rows=None, remaining=None) -> None:
         if not any(d > 0 for d in drafted):
             return  # a step with speculation off says nothing about the draft
-        self.cap.observe(drafted, accepted)
+        self.cap.observe(drafted, accepted, rows=rows, remaining=remaining)
         self.rule.observe(drafted, accepted)
 
 
@@ -180,7 +182,7 @@ class Table:
         chosen = max((key for key in keys if key <= batch_size), default=keys[0])
         return self.table[chosen]
 
-    def observe(self, drafted: list[int], accepted: list[int]) -> None:
+    def observe(self, drafted: list[int], accepted: list[int], rows=None, remaining=None) -> None:
         pass
 
 
@@ -197,6 +199,14 @@ class Analytic:
     :func:`~specviz.analytic.speedup_batch`; without, the batch-1 formula with cost ratio
     ``cost_ratio`` and ``verify_ratio``. Once it picks k = 0 nothing more is observed, so the
     estimate freezes; a batch-size change can still turn speculation back on.
+
+    At b > 1 with costs, once the engine has reported each active row's index and tokens left,
+    it maximises :func:`~specviz.analytic.speedup_ragged` instead: each row at its own
+    acceptance estimate (its counts, shrunk toward the batch's estimate by ``prior_weight``
+    trials) and its own remaining length, the batch running until its last row is done. Rows
+    accept unequally (0.03 to 0.77 in one B = 8 run of the default pair), and a slow row keeps
+    the whole batch stepping: the per-step model misses that and over-predicts (BENCHMARKS.md,
+    the sweep), so it kept k = 1 at B = 8 where regular decoding was faster.
     """
 
     costs: analytic.Costs | None = None
@@ -209,28 +219,49 @@ class Analytic:
     name: str = "analytic"
     successes: float = dataclasses.field(init=False)  # weighted accepted positions
     trials: float = dataclasses.field(init=False)  # weighted tried positions
+    row_counts: dict = dataclasses.field(init=False)  # row index -> [successes, trials], unweighted
+    left: dict = dataclasses.field(init=False)  # active row index -> tokens it has left
 
     def __post_init__(self):
         self.successes = self.prior_alpha * self.prior_weight
         self.trials = self.prior_weight
+        self.row_counts, self.left = {}, {}
+
+    def row_alpha(self, row: int) -> float:
+        """A row's acceptance: its own counts plus ``prior_weight`` trials at the batch's estimate."""
+        s, t = self.row_counts.get(row, (0.0, 0.0))
+        return (s + self.prior_weight * self.alpha) / (t + self.prior_weight)
 
     @property
     def alpha(self) -> float:
         return self.successes / self.trials if self.trials > 0 else self.prior_alpha
 
     def next_k(self, batch_size: int) -> int:
-        if self.costs is not None:
-            return analytic.optimal_k(batch_size, self.alpha, self.costs, self.k_max)
-        return analytic.optimal_k_batch1(self.alpha, self.cost_ratio, self.k_max, self.verify_ratio)
+        if self.costs is None:
+            return analytic.optimal_k_batch1(self.alpha, self.cost_ratio, self.k_max, self.verify_ratio)
+        if batch_size > 1 and len(self.left) == batch_size:
+            rows = sorted(self.left)
+            lengths, alphas = [self.left[r] for r in rows], [self.row_alpha(r) for r in rows]
+            c = self.costs
+            return analytic._argmax_k([analytic.speedup_ragged(lengths, alphas, k, c.target, c.draft, c.overhead,
+                                                               c.regular_overhead) for k in range(self.k_max + 1)])
+        return analytic.optimal_k(batch_size, self.alpha, self.costs, self.k_max)
 
-    def observe(self, drafted: list[int], accepted: list[int]) -> None:
-        rows = [(d, a) for d, a in zip(drafted, accepted) if d > 0]
-        if not rows:
+    def observe(self, drafted: list[int], accepted: list[int], rows=None, remaining=None) -> None:
+        if rows is not None and remaining is not None:
+            self.left = {r: n for r, n in zip(rows, remaining) if n > 0}
+        tried = [(i, d, a) for i, (d, a) in enumerate(zip(drafted, accepted)) if d > 0]
+        if not tried:
             return
-        successes = sum(a for _, a in rows)
-        trials = sum(a + (1 if a < d else 0) for d, a in rows)
+        successes = sum(a for _, _, a in tried)
+        trials = sum(a + (1 if a < d else 0) for _, d, a in tried)
         self.successes = self.decay * self.successes + successes
         self.trials = self.decay * self.trials + trials
+        if rows is not None:
+            for i, d, a in tried:
+                counts = self.row_counts.setdefault(rows[i], [0.0, 0.0])
+                counts[0] += a
+                counts[1] += a + (1 if a < d else 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -216,7 +216,9 @@ class SpecDecoder:
                                 "draft_tokens": p}
             if r.finish_reason is None:
                 keep.append(i)
-        self.controller.observe(drafted, num_accepted)
+        self.controller.observe(drafted, num_accepted, rows=[r.index for r in self.active],
+                                remaining=[0 if r.finish_reason else self.max_new_tokens - len(r.output)
+                                           for r in self.active])
         if len(keep) < len(self.active):
             idx = torch.tensor(keep, dtype=torch.long, device=self.device)
             self.kv.select_rows(idx)

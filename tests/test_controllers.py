@@ -96,7 +96,7 @@ class ScriptedCap:
     def next_k(self, batch_size):
         return self.caps.pop(0)
 
-    def observe(self, drafted, accepted):
+    def observe(self, drafted, accepted, rows=None, remaining=None):
         self.seen.append((drafted, accepted))
 
 
@@ -219,6 +219,47 @@ def test_analytic_with_costs_turns_speculation_off_at_large_batch():
     policy = make_controller("analytic", 4, costs=costs, prior_alpha=0.8)
     assert policy.next_k(1) == analytic.optimal_k(1, 0.8, costs) >= 4
     assert policy.next_k(128) == 0
+
+
+# A CPU-like cost model: a forward costs mostly its fixed part, so a batch that must keep
+# stepping for one slow row pays nearly full price for every step of it.
+CPU_LIKE = Costs(CostModel(0.040, 0.001, 0.001), CostModel(0.004, 0.0002, 0.0002), overhead=0.002)
+
+
+def test_analytic_turns_off_when_one_row_rejects_everything_and_sets_the_batch_length():
+    policy = make_controller("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
+    ks = []
+    for _ in range(20):  # row 0 accepts all it drafts, row 1 nothing; both have 40 tokens left
+        ks.append(policy.next_k(2))
+        policy.observe([ks[-1]] * 2, [ks[-1], 0], rows=[0, 1], remaining=[40, 40])
+    assert ks[0] >= 1 and ks[-1] == 0  # it tried, then learnt that row 1 sets the batch's length
+    assert policy.row_alpha(0) > 0.8 > 0.2 > policy.row_alpha(1)
+    # Row 1 will take 40 steps whatever k is, each dearer than a regular step: speculation only
+    # costs. The per-step model at the batch's pooled acceptance would still speculate.
+    assert policy.next_k(2) == 0
+    assert analytic.optimal_k(2, policy.alpha, CPU_LIKE) >= 1
+
+
+def test_analytic_ragged_choice_follows_the_rows_left():
+    policy = make_controller("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
+    for _ in range(20):
+        k = policy.next_k(2)
+        policy.observe([k, k], [k, 0], rows=[0, 1], remaining=[40, 40])
+    assert policy.next_k(2) == 0
+    # the slow row finished: the fast one is alone and speculates again (b = 1: per-step model)
+    policy.observe([0, 0], [0, 0], rows=[0, 1], remaining=[30, 0])
+    assert policy.left == {0: 30}
+    assert policy.next_k(1) == analytic.optimal_k(1, policy.alpha, CPU_LIKE) >= 1
+    # rows the policy has not heard of (b does not match): the per-step model
+    assert policy.next_k(3) == analytic.optimal_k(3, policy.alpha, CPU_LIKE)
+
+
+def test_analytic_equal_rows_choose_what_the_per_step_model_chooses():
+    policy = make_controller("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
+    policy.observe([2, 2, 2, 2], [1, 1, 1, 1], rows=[0, 1, 2, 3], remaining=[40, 40, 40, 40])
+    alphas = {policy.row_alpha(r) for r in range(4)}
+    assert len(alphas) == 1  # equal rows: the ragged model reduces to speedup_batch
+    assert policy.next_k(4) == analytic.optimal_k(4, alphas.pop(), CPU_LIKE)
 
 
 # --- registry -----------------------------------------------------------------------------------

@@ -224,3 +224,22 @@ def test_confidence_stop_preserves_the_target_distribution():
     df = len(obs) - 1
     bound = df * (1 - 2 / (9 * df) + 3.09 * (2 / (9 * df)) ** 0.5) ** 3  # P(X > bound) ~ 0.001 (Wilson-Hilferty)
     assert chi2 < bound, f"chi2 {chi2:.1f} >= {bound:.1f} (df {df})"
+
+
+def test_engine_reports_rows_and_tokens_left_to_the_policy(target, prompts, reference):
+    """analytic sees each row's index and tokens left, and turns speculation off when a row that
+    rejects everything sets the batch's length (CPU-like costs)."""
+    from specviz.analytic import CostModel, Costs
+    from specviz.controllers import make_controller
+    from specviz.engine import SpecDecoder
+
+    costs = Costs(CostModel(0.040, 0.001, 0.001), CostModel(0.004, 0.0002, 0.0002), overhead=0.002)
+    policy = make_controller("analytic", 2, costs=costs, prior_alpha=0.6)
+    draft = ScriptedDraft(prompts, reference, ["all", "none", "all", "none"], V)
+    dec = SpecDecoder(target, draft, policy, [str(p) for p in prompts], prompts, SamplingParams(), 20, 0)
+    steps = list(dec.steps())
+    assert [r.output for r in dec.rows] == reference  # whatever k the policy picks, greedy stays exact
+    assert steps[0]["k"] >= 1 and steps[-1]["k"] == 0  # it tried, saw rows 1 and 3 reject, stopped
+    assert set(policy.row_counts) == {0, 1, 2, 3}
+    assert policy.row_alpha(0) > 0.5 > policy.row_alpha(1)
+
