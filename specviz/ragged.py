@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from . import fastllama
+
 
 def contiguous_head_input(model: torch.nn.Module) -> None:
     """Make the output layer's input contiguous (a forward pre-hook, installed once per model).
@@ -38,6 +40,9 @@ class RaggedCache:
 
         contiguous_head_input(model)
         self.model = model
+        self.lean = fastllama.enabled() and fastllama.supports(model)  # our forward; else transformers'
+        if self.lean:
+            fastllama.fuse_projections(model)
         self.cache = DynamicCache(config=model.config)
         self.device = next(model.parameters()).device
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)  # [B, L]
@@ -72,6 +77,8 @@ class RaggedCache:
         positions = positions.clamp(min=0)
         self.valid = torch.cat([self.valid, input_valid], dim=1)  # [B, L+T]
         self.lengths = self.lengths + input_valid.sum(dim=1)
+        if self.lean:
+            return fastllama.forward(self.model, input_ids, self.valid, positions, self.cache, last_only)
         out = self.model(
             input_ids=input_ids,
             attention_mask=self.valid.long(),

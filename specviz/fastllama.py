@@ -1,0 +1,159 @@
+"""A lean forward for llama-style models over the ragged cache (our own model code, same weights).
+
+transformers' forward is general: per layer it walks a dozen modules, three separate q/k/v
+projections and two MLP input projections, builds masks through a generic helper and calls
+attention through a dispatch layer. At these sizes (SmolLM2-135M on a 2-core CPU, one token per
+row) that Python and per-op work is a third of a decode step: `bench/profile_step.py` measured
+matrix multiplies at 74% of the CPU time of a step and ~5 ms of Python between ops.
+
+This forward computes the same function with fewer, larger ops:
+  - q, k and v come from ONE matmul, gate and up from one: the modules' weights are re-pointed at
+    row slices of one fused tensor (``fuse_projections``), so transformers' own forward, which
+    still runs where this one does not apply, reads the same memory;
+  - RMSNorm is ``torch.nn.functional.rms_norm`` in float32 (as transformers' LlamaRMSNorm: norm
+    in float32, cast, then scale);
+  - rotary embedding is applied to q and k together, with cos/sin from the model's own rotary
+    module (so every rope type transformers supports works);
+  - attention with a few queries per row is two batched matmuls over grouped heads (no
+    repeat_kv) with the boolean ragged mask built once per forward: slot j is visible from
+    query t when it is valid and not after it (the same mask transformers builds from our 2D
+    validity mask, causal by slot order);
+  - the KV cache is the same transformers ``DynamicCache`` (``cache.update``), so RaggedCache's
+    rollback, compaction and row selection are unchanged.
+
+It applies to ``LlamaForCausalLM`` without projection biases, silu MLP and single-rank weights
+(``supports``); anything else runs through transformers. ``SPECVIZ_LEAN_FORWARD=0`` turns it off.
+Outputs match transformers' forward to float rounding (tests/test_fastllama.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+MANY_QUERIES = 16  # from this many query slots per row, SDPA's fused kernel is used instead
+
+
+def enabled() -> bool:
+    return os.environ.get("SPECVIZ_LEAN_FORWARD", "1") != "0"
+
+
+def supports(model: torch.nn.Module) -> bool:
+    """True for the llama-style models this forward computes exactly."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or type(model).__name__ != "LlamaForCausalLM":
+        return False
+    if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
+        return False
+    if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "pretraining_tp", 1) != 1:
+        return False
+    inner = getattr(model, "model", None)
+    return inner is not None and hasattr(inner, "rotary_emb") and hasattr(inner, "layers")
+
+
+def _fuse(modules: list[torch.nn.Linear]) -> torch.Tensor:
+    """One [sum(out), in] weight; each module's weight becomes a row slice (a view) of it."""
+    fused = torch.cat([m.weight.detach() for m in modules], dim=0)
+    start = 0
+    for m in modules:
+        n = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(fused[start:start + n], requires_grad=m.weight.requires_grad)
+        start += n
+    return fused
+
+
+def fuse_projections(model: torch.nn.Module) -> None:
+    """Give each layer one q|k|v and one gate|up weight (once per model; idempotent).
+
+    Runs outside inference mode even when called inside it: the weights stay ordinary tensors,
+    so the model can still be trained or run with autograd afterwards.
+    """
+    with torch.inference_mode(False), torch.no_grad():
+        _fuse_layers(model)
+
+
+def _fuse_layers(model: torch.nn.Module) -> None:
+    for layer in model.model.layers:
+        fused = getattr(layer, "_specviz_qkv", None)
+        if fused is not None and fused.data_ptr() == layer.self_attn.q_proj.weight.data_ptr():
+            continue  # still fused (a .to(device / dtype) would have made new, separate weights)
+        attn, mlp = layer.self_attn, layer.mlp
+        layer._specviz_qkv = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+        layer._specviz_gate_up = _fuse([mlp.gate_proj, mlp.up_proj])
+
+
+def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    h = F.rms_norm(x.float(), (x.shape[-1],), eps=norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def _attention(q, k, v, allowed, scale, groups):
+    """q [B, H, T, d], k/v [B, Hkv, L, d], allowed [B, 1, T, L] bool -> [B, T, H * d]."""
+    B, H, T, d = q.shape
+    if T >= MANY_QUERIES:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=groups > 1)
+        return out.transpose(1, 2).reshape(B, T, H * d)
+    Hkv = k.shape[1]
+    qg = q.reshape(B, Hkv, groups * T, d).float()  # the query heads sharing one kv head, stacked
+    scores = torch.matmul(qg, k.float().transpose(2, 3)) * scale  # [B, Hkv, groups*T, L], float32
+    mask = allowed.expand(B, groups, T, allowed.shape[-1]).reshape(B, 1, groups * T, -1)
+    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    out = torch.matmul(probs, v.float()).to(q.dtype)  # [B, Hkv, groups*T, d]
+    return out.reshape(B, H, T, d).transpose(1, 2).reshape(B, T, H * d)
+
+
+@torch.inference_mode()
+def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, cache,
+            last_only: bool = False) -> torch.Tensor:
+    """Logits [B, T, V] (or [B, 1, V]) for T new slots per row.
+
+    valid: [B, L + T] bool, the whole cache's validity mask including the new slots (the
+    RaggedCache's mask after appending); position_ids: [B, T].
+    """
+    cfg = model.config
+    inner = model.model
+    fuse_projections(model)
+    B, T = input_ids.shape
+    L_all = valid.shape[1]
+    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+    groups = H // Hkv
+    scale = d ** -0.5
+
+    h = inner.embed_tokens(input_ids)  # [B, T, hidden]
+    cos, sin = inner.rotary_emb(h, position_ids)  # [B, T, d]
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [B, T, 1, d]: broadcast over heads
+    slot = torch.arange(L_all, device=valid.device)
+    query_slot = (L_all - T) + torch.arange(T, device=valid.device)
+    causal = slot[None, :] <= query_slot[:, None]  # [T, L]
+    # A hole's query may have no valid slot to see (left padding): let it see itself, so its
+    # softmax stays finite. Its output is never used, and no valid slot ever attends to a hole.
+    allowed = (valid[:, None, :] & causal) | (slot[None, :] == query_slot[:, None])
+    allowed = allowed.unsqueeze(1)  # [B, 1, T, L]
+
+    for i, layer in enumerate(inner.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        x = _rms_norm(h, layer.input_layernorm)
+        qkv = F.linear(x, layer._specviz_qkv).view(B, T, H + 2 * Hkv, d)
+        qk = _rotate(qkv[:, :, : H + Hkv], cos, sin)  # q and k heads rotated together
+        q = qk[:, :, :H].transpose(1, 2)  # [B, H, T, d]
+        k = qk[:, :, H:].transpose(1, 2)  # [B, Hkv, T, d]
+        v = qkv[:, :, H + Hkv:].transpose(1, 2)
+        k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
+        h = h + F.linear(_attention(q, k, v, allowed, scale, groups), attn.o_proj.weight)
+        x = _rms_norm(h, layer.post_attention_layernorm)
+        gate, up = F.linear(x, layer._specviz_gate_up).chunk(2, dim=-1)
+        h = h + F.linear(F.silu(gate) * up, mlp.down_proj.weight)
+
+    if last_only:
+        h = h[:, -1:]
+    h = _rms_norm(h.contiguous(), inner.norm)
+    return model.lm_head(h)

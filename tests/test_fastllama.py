@@ -1,0 +1,73 @@
+"""Our lean llama forward computes what transformers' forward computes, over the ragged cache."""
+
+import pytest
+import torch
+
+from specviz import fastllama
+from specviz.ragged import RaggedCache, left_pad
+
+from fakes import decode, ragged_prompts, tiny_llama
+
+
+def _steps(cache: RaggedCache, prompts, vocab, seed=0):
+    """Prefill with left padding, then three 3-slot forwards with holes and a rollback: all logits."""
+    g = torch.Generator().manual_seed(seed)
+    ids, valid = left_pad(prompts, 0, torch.device("cpu"))
+    out = [cache.forward(ids, valid)[valid]]  # padding slots' logits are meaningless: compare valid ones
+    B = len(prompts)
+    for step in range(3):
+        ids = torch.randint(1, vocab, (B, 3), generator=g)
+        valid = torch.ones(B, 3, dtype=torch.bool)
+        valid[0, 2] = False  # row 0 proposed fewer: a hole inside the step
+        out.append(cache.forward(ids, valid)[valid])
+        keep = torch.tensor([[True, step % 2 == 0, False]] * B)  # reject some slots: holes in the cache
+        cache.reject_tail(keep & valid)
+        if step == 1:
+            cache.compact()
+    out.append(cache.forward(ids[:, :1], torch.ones(B, 1, dtype=torch.bool), last_only=True))
+    return out
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)])
+def test_lean_forward_matches_transformers_over_a_ragged_cache(dtype, tol, monkeypatch):
+    loaded = tiny_llama(64, layers=3, dtype=dtype)  # 4 query heads over 2 kv heads: grouped attention
+    prompts = ragged_prompts(4, 64)
+    lean = RaggedCache(loaded.model)
+    assert lean.lean
+    monkeypatch.setenv("SPECVIZ_LEAN_FORWARD", "0")
+    reference = RaggedCache(loaded.model)
+    assert not reference.lean
+    for a, b in zip(_steps(lean, prompts, 64), _steps(reference, prompts, 64)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
+
+
+def test_fusing_keeps_transformers_forward_unchanged():
+    loaded = tiny_llama(64)
+    x = torch.randint(0, 64, (2, 7))
+    before = loaded.model(x).logits
+    fastllama.fuse_projections(loaded.model)
+    attn = loaded.model.model.layers[0].self_attn
+    assert attn.k_proj.weight.data_ptr() == attn.q_proj.weight.data_ptr() + attn.q_proj.weight.numel() * 4
+    torch.testing.assert_close(loaded.model(x).logits, before, atol=0, rtol=0)
+
+
+def test_refuses_models_it_does_not_compute_exactly(monkeypatch):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, attention_bias=True)
+    assert not fastllama.supports(LlamaForCausalLM(cfg))
+    assert not RaggedCache(LlamaForCausalLM(cfg)).lean
+    assert fastllama.supports(tiny_llama(64).model)
+    monkeypatch.setenv("SPECVIZ_LEAN_FORWARD", "0")
+    assert not RaggedCache(tiny_llama(64).model).lean
+
+
+def test_greedy_outputs_equal_with_and_without_it(monkeypatch):
+    target = tiny_llama(64, layers=2)
+    prompts = ragged_prompts(4, 64)
+    lean, _ = decode(target, prompts, None, 0, max_new=12)
+    monkeypatch.setenv("SPECVIZ_LEAN_FORWARD", "0")
+    ref, _ = decode(target, prompts, None, 0, max_new=12)
+    assert [r.output for r in lean.rows] == [r.output for r in ref.rows]
