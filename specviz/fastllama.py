@@ -43,7 +43,7 @@ def enabled() -> bool:
 def supports(model: torch.nn.Module) -> bool:
     """True for the llama-style models this forward computes exactly."""
     cfg = getattr(model, "config", None)
-    if cfg is None or type(model).__name__ != "LlamaForCausalLM":
+    if cfg is None or type(model).__name__ != "LlamaForCausalLM" or not hasattr(F, "rms_norm"):
         return False
     if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
         return False
@@ -98,8 +98,10 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 def _attention(q, k, v, allowed, scale, groups):
     """q [B, H, T, d], k/v [B, Hkv, L, d], allowed [B, 1, T, L] bool -> [B, T, H * d]."""
     B, H, T, d = q.shape
-    if T >= MANY_QUERIES:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=groups > 1)
+    if T >= MANY_QUERIES:  # prefill-sized: the fused kernel (kv heads repeated: works on any torch 2.x)
+        if groups > 1:
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
         return out.transpose(1, 2).reshape(B, T, H * d)
     Hkv = k.shape[1]
     qg = q.reshape(B, Hkv, groups * T, d).float()  # the query heads sharing one kv head, stacked

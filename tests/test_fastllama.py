@@ -28,8 +28,10 @@ def _steps(cache: RaggedCache, prompts, vocab, seed=0):
     return out
 
 
+@pytest.mark.parametrize("many", [1, 1000], ids=["fused-attention-kernel", "grouped-matmuls"])
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 0.1)])
-def test_lean_forward_matches_transformers_over_a_ragged_cache(dtype, tol, monkeypatch):
+def test_lean_forward_matches_transformers_over_a_ragged_cache(dtype, tol, many, monkeypatch):
+    monkeypatch.setattr(fastllama, "MANY_QUERIES", many)  # both attention paths, at every step
     loaded = tiny_llama(64, layers=3, dtype=dtype)  # 4 query heads over 2 kv heads: grouped attention
     prompts = ragged_prompts(4, 64)
     lean = RaggedCache(loaded.model)
