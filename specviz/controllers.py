@@ -200,10 +200,12 @@ class Analytic:
     ``cost_ratio`` and ``verify_ratio``. Once it picks k = 0 nothing more is observed, so the
     estimate freezes; a batch-size change can still turn speculation back on.
 
-    At b > 1 with costs, once the engine has reported each active row's index and tokens left,
-    it maximises :func:`~specviz.analytic.speedup_ragged` instead: each row at its own
-    acceptance estimate (its counts, shrunk toward the batch's estimate by ``prior_weight``
-    trials) and its own remaining length, the batch running until its last row is done. Rows
+    With costs, once the engine has reported each active row's index and tokens left and the
+    batch has had more than one row, it maximises :func:`~specviz.analytic.speedup_ragged`
+    instead: each row at its own acceptance estimate (its counts, shrunk toward the batch's
+    estimate by ``prior_weight`` trials) and its own remaining length, the batch running until
+    its last row is done. The last row left of a batch is judged on its own estimate; a run that
+    only ever had one row keeps the per-step model. Rows
     accept unequally (0.03 to 0.77 in one B = 8 run of the default pair), and a slow row keeps
     the whole batch stepping: the per-step model misses that and over-predicts (BENCHMARKS.md,
     the sweep), so it kept k = 1 at B = 8 where regular decoding was faster.
@@ -239,7 +241,7 @@ class Analytic:
     def next_k(self, batch_size: int) -> int:
         if self.costs is None:
             return analytic.optimal_k_batch1(self.alpha, self.cost_ratio, self.k_max, self.verify_ratio)
-        if batch_size > 1 and len(self.left) == batch_size:
+        if len(self.left) == batch_size and len(self.row_counts) > 1:  # rows to tell apart (or one left of them)
             rows = sorted(self.left)
             lengths, alphas = [self.left[r] for r in rows], [self.row_alpha(r) for r in rows]
             c = self.costs

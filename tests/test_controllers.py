@@ -246,12 +246,21 @@ def test_analytic_ragged_choice_follows_the_rows_left():
         k = policy.next_k(2)
         policy.observe([k, k], [k, 0], rows=[0, 1], remaining=[40, 40])
     assert policy.next_k(2) == 0
-    # the slow row finished: the fast one is alone and speculates again (b = 1: per-step model)
+    # the slow row finished: the fast one is alone and speculates again, judged on its own estimate
     policy.observe([0, 0], [0, 0], rows=[0, 1], remaining=[30, 0])
     assert policy.left == {0: 30}
-    assert policy.next_k(1) == analytic.optimal_k(1, policy.alpha, CPU_LIKE) >= 1
+    assert policy.row_alpha(0) > policy.alpha  # the pooled estimate, dragged down by row 1, undersells it
+    assert policy.next_k(1) == analytic.optimal_k(1, policy.row_alpha(0), CPU_LIKE) >= 1
     # rows the policy has not heard of (b does not match): the per-step model
     assert policy.next_k(3) == analytic.optimal_k(3, policy.alpha, CPU_LIKE)
+
+
+def test_analytic_run_with_one_row_keeps_the_per_step_model():
+    policy = make_controller("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
+    for _ in range(10):
+        k = policy.next_k(1)
+        policy.observe([k], [min(k, 1)], rows=[0], remaining=[50])
+    assert policy.next_k(1) == analytic.optimal_k(1, policy.alpha, CPU_LIKE)
 
 
 def test_analytic_equal_rows_choose_what_the_per_step_model_chooses():
