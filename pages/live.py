@@ -18,9 +18,9 @@ from specviz.runner import RunConfig
 from specviz.trace import load_json, to_chrome_trace, to_tables
 
 try:
-    from specviz.controllers import CONTROLLERS
+    from specviz.controllers import CONTROLLERS, COST_AWARE
 except Exception:  # the controllers module is being written: fixed k only
-    CONTROLLERS = {"fixed": None}
+    CONTROLLERS, COST_AWARE = {"fixed": None}, ()
 
 DRAW_BUDGET = 0.05  # drawing may take at most this share of the redraw interval (it shares the CPU and the GIL)
 
@@ -46,7 +46,7 @@ with c1:
                       "BASS capped by the calibrated k*, a batch-size table, or the analytic optimum")
     if st.session_state.get("controller") == "table":
         st.text_input("k table (batch size:k, ...)", "1:4,4:3,16:1,64:0", key="k_table")
-    if st.session_state.get("controller") in ("analytic", "bass-capped") and appstate.load_calibration() is None:
+    if st.session_state.get("controller") in COST_AWARE and appstate.load_calibration() is None:
         st.caption("Not calibrated yet: this policy picks k from the batch-1 formula (cost ratio 0.1) until "
                    "`python -m specviz calibrate` has run for this pair.")
 with c2:

@@ -205,10 +205,10 @@ class Analytic:
     instead: each row at its own acceptance estimate (its counts, shrunk toward the batch's
     estimate by ``prior_weight`` trials) and its own remaining length, the batch running until
     its last row is done. The last row left of a batch is judged on its own estimate; a run that
-    only ever had one row keeps the per-step model. Rows
-    accept unequally (0.03 to 0.77 in one B = 8 run of the default pair), and a slow row keeps
-    the whole batch stepping: the per-step model misses that and over-predicts (BENCHMARKS.md,
-    the sweep), so it kept k = 1 at B = 8 where regular decoding was faster.
+    only ever had one row keeps the per-step model. Rows accept unequally (0.03 to 0.77 in one
+    B = 8 run of the default pair), and a slow row keeps the whole batch stepping: the per-step
+    model misses that and over-predicts (BENCHMARKS.md, the sweep), so it kept k = 1 at B = 8
+    where regular decoding was faster.
     """
 
     costs: analytic.Costs | None = None
@@ -243,10 +243,8 @@ class Analytic:
             return analytic.optimal_k_batch1(self.alpha, self.cost_ratio, self.k_max, self.verify_ratio)
         if len(self.left) == batch_size and len(self.row_counts) > 1:  # rows to tell apart (or one left of them)
             rows = sorted(self.left)
-            lengths, alphas = [self.left[r] for r in rows], [self.row_alpha(r) for r in rows]
-            c = self.costs
-            return analytic._argmax_k([analytic.speedup_ragged(lengths, alphas, k, c.target, c.draft, c.overhead,
-                                                               c.regular_overhead) for k in range(self.k_max + 1)])
+            return analytic.optimal_k_ragged([self.left[r] for r in rows], [self.row_alpha(r) for r in rows],
+                                             self.costs, self.k_max)
         return analytic.optimal_k(batch_size, self.alpha, self.costs, self.k_max)
 
     def observe(self, drafted: list[int], accepted: list[int], rows=None, remaining=None) -> None:
@@ -256,14 +254,14 @@ class Analytic:
         if not tried:
             return
         successes = sum(a for _, _, a in tried)
-        trials = sum(a + (1 if a < d else 0) for _, d, a in tried)
+        trials = sum(analytic.positions_tried(d, a) for _, d, a in tried)
         self.successes = self.decay * self.successes + successes
         self.trials = self.decay * self.trials + trials
         if rows is not None:
             for i, d, a in tried:
                 counts = self.row_counts.setdefault(rows[i], [0.0, 0.0])
                 counts[0] += a
-                counts[1] += a + (1 if a < d else 0)
+                counts[1] += analytic.positions_tried(d, a)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,6 +325,9 @@ def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, 
         raise SpecvizError("controller options prior_alpha and decay must be in [0, 1]")
     return policy
 
+
+# Policies that choose k from the calibrated cost model (runner hands them the pair's calibration).
+COST_AWARE = ("analytic", "bass-capped")
 
 CONTROLLERS = {
     "fixed": lambda k, **_: Fixed(k),

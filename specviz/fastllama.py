@@ -74,11 +74,16 @@ def fuse_projections(model: torch.nn.Module) -> None:
         _fuse_layers(model)
 
 
+def _is_fused(layer) -> bool:
+    """Still fused: a .to(device / dtype) since would have made new, separate weights."""
+    fused = getattr(layer, "_specviz_qkv", None)
+    return fused is not None and fused.data_ptr() == layer.self_attn.q_proj.weight.data_ptr()
+
+
 def _fuse_layers(model: torch.nn.Module) -> None:
     for layer in model.model.layers:
-        fused = getattr(layer, "_specviz_qkv", None)
-        if fused is not None and fused.data_ptr() == layer.self_attn.q_proj.weight.data_ptr():
-            continue  # still fused (a .to(device / dtype) would have made new, separate weights)
+        if _is_fused(layer):
+            continue
         attn, mlp = layer.self_attn, layer.mlp
         layer._specviz_qkv = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
         layer._specviz_gate_up = _fuse([mlp.gate_proj, mlp.up_proj])
@@ -122,7 +127,8 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     """
     cfg = model.config
     inner = model.model
-    fuse_projections(model)
+    if not _is_fused(inner.layers[0]):  # the whole model moves at once: one layer tells
+        fuse_projections(model)
     B, T = input_ids.shape
     L_all = valid.shape[1]
     H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from .controllers import make_controller
+from .controllers import COST_AWARE, make_controller
 from .distill import get_distilled_draft, is_distilled_draft
 from .drafts import ModelDraft, NgramDraft
 from .engine import SpecDecoder
@@ -230,7 +230,7 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     ids = encode_prompts(target.tokenizer, prompts, cfg.raw_prompt)
     k = cfg.draft_length if proposer is not None else 0
     cargs = dict(cfg.controller_args)
-    if cfg.controller in ("analytic", "bass-capped") and proposer is not None and "costs" not in cargs:
+    if cfg.controller in COST_AWARE and proposer is not None and "costs" not in cargs:
         from .calibrate import load_calibration
 
         cal = load_calibration(target, proposer)

@@ -61,12 +61,14 @@ def load_calibration(batch_size: int = 1):
 
 def alpha_from_trace(trace: dict) -> float | None:
     """Per-position acceptance alpha (successes / trials, as the analytic model assumes)."""
+    from .analytic import positions_tried
+
     succ = trials = 0
     for s in trace.get("steps", []):
         for r in s["rows"]:
             if r["active"] and r["drafted"] > 0:
                 succ += r["accepted"]
-                trials += r["accepted"] + (1 if r["accepted"] < r["drafted"] else 0)
+                trials += positions_tried(r["drafted"], r["accepted"])
     return succ / trials if trials else None
 
 
