@@ -81,6 +81,7 @@ class SpecDecoder:
         seed: int = 0,
         compact_threshold: float = 0.25,
         accept_fn=None,
+        keep_hidden: bool = False,
     ):
         self.target = target
         self.proposer = proposer
@@ -91,6 +92,12 @@ class SpecDecoder:
         self.eos = eos_token_ids(target)
         self.accept_fn = accept_fn or default_accept_fn(self.device)
         self.compact_threshold = compact_threshold
+        # A feature draft (drafts.FeatureDraft) reads the target's final hidden states: the
+        # prefill's go to proposer.start, each verify's to proposer.commit. keep_hidden keeps them
+        # without one (data generation): prefill_hidden/prefill_valid and verify_hidden.
+        self.wants_features = bool(getattr(proposer, "wants_features", False))
+        self.keep_hidden = keep_hidden or self.wants_features
+        self.prefill_hidden = self.prefill_valid = self.verify_hidden = None
         self.rows = [
             RowState(i, p, list(ids), gen=torch.Generator().manual_seed(seed * 1_000_003 + i))
             for i, (p, ids) in enumerate(zip(prompts, prompt_ids))
@@ -109,15 +116,19 @@ class SpecDecoder:
         """Both caches take every prompt token but the last, which the first step feeds."""
         t = time.perf_counter()
         self.active = list(self.rows)
-        self.kv = RaggedCache(self.target.model, self.compact_threshold)
+        self.kv = RaggedCache(self.target.model, self.compact_threshold, keep_hidden=self.keep_hidden)
         ids, valid = left_pad([r.prompt_ids[:-1] for r in self.rows], 0, self.device)
         B = len(self.rows)
         self.kv.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
         self.kv.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
         if ids.shape[1]:
             self.kv.forward(ids, valid, last_only=True)
+            self.prefill_hidden, self.prefill_valid = self.kv.hidden, valid
         if self.proposer is not None:
-            self.proposer.start([r.context for r in self.rows])
+            if self.wants_features:
+                self.proposer.start([r.context for r in self.rows], features=(self.prefill_hidden, self.prefill_valid))
+            else:
+                self.proposer.start([r.context for r in self.rows])
         _sync(self.device)
         self.prefill_s = time.perf_counter() - t
 
@@ -197,7 +208,9 @@ class SpecDecoder:
         ids = torch.cat([last, drafts.clamp(min=0)], dim=1)  # [B, k+1]
         slots = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)  # [1, k+1]
         valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes
-        return self.kv.forward(ids, valid)
+        logits = self.kv.forward(ids, valid)
+        self.verify_hidden = self.kv.hidden  # None unless keep_hidden
+        return logits
 
     def _advance(self, accepted_t: torch.Tensor, num_accepted: list[int], emitted: list[list[int]],
                  proposed: list[list[int]], width: int) -> tuple[list[dict], bool]:
@@ -206,7 +219,9 @@ class SpecDecoder:
         keep_slots = torch.arange(width, device=self.device).unsqueeze(0) <= accepted_t.unsqueeze(1)  # [B, k+1]
         self.kv.reject_tail(keep_slots)  # slot 0 (the last token) + accepted drafts stay
         compacted = self.kv.maybe_compact()
-        if self.proposer is not None:
+        if self.wants_features:
+            self.proposer.commit(num_accepted, emitted, features=self.verify_hidden)
+        elif self.proposer is not None:
             self.proposer.commit(num_accepted, emitted)
         records, keep = {}, []
         for i, (r, e, a, p) in enumerate(zip(self.active, emitted, num_accepted, proposed)):

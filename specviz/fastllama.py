@@ -119,24 +119,27 @@ def _attention(q, k, v, allowed, scale, groups):
 
 @torch.inference_mode()
 def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, cache,
-            last_only: bool = False) -> torch.Tensor:
+            last_only: bool = False, inputs_embeds: torch.Tensor | None = None, return_hidden: bool = False):
     """Logits [B, T, V] (or [B, 1, V]) for T new slots per row.
 
     valid: [B, L + T] bool, the whole cache's validity mask including the new slots (the
-    RaggedCache's mask after appending); position_ids: [B, T].
+    RaggedCache's mask after appending); position_ids: [B, T]. ``inputs_embeds`` [B, T, hidden]
+    replaces the token embedding (a feature draft's fused input). With ``return_hidden`` the
+    result is (logits, hidden [B, T, hidden]): the final-norm output at every slot, what the
+    output layer reads (a feature draft's input).
     """
     cfg = model.config
     inner = model.model
     if not _is_fused(inner.layers[0]):  # the whole model moves at once: one layer tells
         fuse_projections(model)
-    B, T = input_ids.shape
+    B, T = position_ids.shape
     L_all = valid.shape[1]
     H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
     d = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
     groups = H // Hkv
     scale = d ** -0.5
 
-    h = inner.embed_tokens(input_ids)  # [B, T, hidden]
+    h = inner.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds  # [B, T, hidden]
     cos, sin = inner.rotary_emb(h, position_ids)  # [B, T, d]
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [B, T, 1, d]: broadcast over heads
     slot = torch.arange(L_all, device=valid.device)
@@ -161,6 +164,9 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
         gate, up = F.linear(x, layer._specviz_gate_up).chunk(2, dim=-1)
         h = h + F.linear(F.silu(gate) * up, mlp.down_proj.weight)
 
+    if return_hidden:
+        h = _rms_norm(h, inner.norm)
+        return model.lm_head(h[:, -1:].contiguous() if last_only else h), h
     if last_only:
         h = h[:, -1:]
     h = _rms_norm(h.contiguous(), inner.norm)

@@ -35,7 +35,7 @@ def contiguous_head_input(model: torch.nn.Module) -> None:
 
 
 class RaggedCache:
-    def __init__(self, model: torch.nn.Module, compact_threshold: float = 0.25):
+    def __init__(self, model: torch.nn.Module, compact_threshold: float = 0.25, keep_hidden: bool = False):
         from transformers import DynamicCache
 
         contiguous_head_input(model)
@@ -49,6 +49,10 @@ class RaggedCache:
         self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)  # [B] valid tokens per row
         self.compact_threshold = compact_threshold
         self.compactions = 0
+        # keep_hidden: after each forward, ``hidden`` is the final-norm output at every new slot
+        # [B, T, hidden] (what the output layer reads): the features a feature draft consumes.
+        self.keep_hidden = keep_hidden
+        self.hidden: torch.Tensor | None = None
 
     # ---- sizes -----------------------------------------------------------------------------
     @property
@@ -61,14 +65,16 @@ class RaggedCache:
 
     # ---- forward ---------------------------------------------------------------------------
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, input_valid: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor | None, input_valid: torch.Tensor, last_only: bool = False,
+                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
         """Append T slots per row and run the model over them.
 
-        input_ids:   [B, T] token ids (anything at invalid slots)
+        input_ids:   [B, T] token ids (anything at invalid slots), or None with inputs_embeds
         input_valid: [B, T] bool, False = a hole (padding within this step)
+        inputs_embeds: [B, T, hidden] model inputs instead of token ids
         returns logits [B, T, V] (or [B, 1, V] for the last slot when last_only)
         """
-        B, T = input_ids.shape
+        B, T = input_valid.shape
         if self.valid.shape[0] == 0 and self.slots == 0:
             self.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
             self.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
@@ -78,15 +84,29 @@ class RaggedCache:
         self.valid = torch.cat([self.valid, input_valid], dim=1)  # [B, L+T]
         self.lengths = self.lengths + input_valid.sum(dim=1)
         if self.lean:
-            return fastllama.forward(self.model, input_ids, self.valid, positions, self.cache, last_only)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=self.valid.long(),
-            position_ids=positions,
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=1 if last_only else 0,
-        )
+            out = fastllama.forward(self.model, input_ids, self.valid, positions, self.cache, last_only,
+                                    inputs_embeds=inputs_embeds, return_hidden=self.keep_hidden)
+            if self.keep_hidden:
+                out, self.hidden = out
+            return out
+        captured = []
+        hook = (self.model.model.norm.register_forward_hook(lambda m, args, out: captured.append(out))
+                if self.keep_hidden else None)
+        try:
+            out = self.model(
+                input_ids=input_ids if inputs_embeds is None else None,
+                inputs_embeds=inputs_embeds,
+                attention_mask=self.valid.long(),
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=1 if last_only else 0,
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
+        if self.keep_hidden:
+            self.hidden = captured[-1]
         return out.logits
 
     # ---- rollback and memory ---------------------------------------------------------------
