@@ -24,16 +24,27 @@ def time_forward(loaded, b: int, n: int, prefix_len: int, repeats: int = 3) -> f
     """Median seconds of one forward of n new tokens per row for b rows over a cached prefix."""
     V = loaded.model.config.vocab_size
     g = torch.Generator().manual_seed(b * 1000 + n)
-    kv = RaggedCache(loaded.model)
+    feature = getattr(loaded, "kind", "token") == "feature"  # a feature draft: its input projection is timed too
+    kv = RaggedCache(loaded.model, keep_hidden=feature)
+
+    @torch.inference_mode()
+    def forward(ids, valid, last_only=False):
+        if not feature:
+            return kv.forward(ids, valid, last_only=last_only)
+        from .featdraft import fused_input
+
+        feats = torch.zeros(*ids.shape, loaded.model.config.hidden_size, device=loaded.device, dtype=loaded.dtype)
+        return kv.forward(None, valid, last_only=last_only, inputs_embeds=fused_input(loaded.model, ids, feats))
+
     ids = torch.randint(0, V, (b, prefix_len), generator=g).to(loaded.device)
-    kv.forward(ids, torch.ones_like(ids, dtype=torch.bool), last_only=True)
+    forward(ids, torch.ones_like(ids, dtype=torch.bool), last_only=True)
     times = []
     new = torch.randint(0, V, (b, n), generator=g).to(loaded.device)
     valid = torch.ones_like(new, dtype=torch.bool)
     for _ in range(repeats + 1):  # the first one warms up this shape
         _sync(loaded.device)
         t = time.perf_counter()
-        kv.forward(new, valid)
+        forward(new, valid)
         _sync(loaded.device)
         times.append(time.perf_counter() - t)
         kv.reject_tail(torch.zeros_like(valid))  # drop them again: the prefix stays the same length

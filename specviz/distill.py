@@ -28,6 +28,7 @@ Load it with :func:`load_distilled_draft` (it needs the loaded target for the em
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import os
@@ -155,7 +156,10 @@ def get_distilled_draft(path, target) -> "DistilledDraft":
     return _loaded[key]
 
 
+@dataclasses.dataclass
 class DistilledDraft(LoadedModel):
+    kind: str = "token"  # "token" (ModelDraft) or "feature" (FeatureDraft: specviz.featdraft)
+
     @property
     def weight_bytes(self) -> int:
         # A forward reads only B x T rows of the shared embedding, not the whole table.
@@ -186,6 +190,11 @@ def load_distilled_draft(path, target) -> DistilledDraft:
     if not math.isclose(fp, meta["embedding_fingerprint"], rel_tol=2e-2):
         raise SpecvizError(f"draft {path} was trained for target {meta['target']!r}: this target's embedding differs")
     model = build_draft(config, emb, meta["vocab_map"])
+    kind = meta.get("kind", "token")
+    if kind == "feature":  # specviz.featdraft: the fused input projection
+        model.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=False)
+    elif kind != "token":
+        raise SpecvizError(f"{path}/{DRAFT_FILE}: unknown draft kind {kind!r}")
     sd = load_file(str(p / "model.safetensors"))
     missing, unexpected = model.load_state_dict(sd, strict=False)
     missing = [k for k in missing if not k.startswith("model.embed_tokens.")]
@@ -193,8 +202,8 @@ def load_distilled_draft(path, target) -> DistilledDraft:
         raise SpecvizError(f"draft {path}: weights do not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
     model.to(device=target.device, dtype=target.dtype).eval()
     model.model.embed_tokens = emb  # .to() may have copied it when dtypes differed: share again
-    return DistilledDraft(spec=str(path), name=f"{p.name} (distilled)", model=model, tokenizer=target.tokenizer,
-                          device=target.device, dtype=target.dtype)
+    return DistilledDraft(spec=str(path), name=f"{p.name} (distilled{', feature' if kind == 'feature' else ''})",
+                          model=model, tokenizer=target.tokenizer, device=target.device, dtype=target.dtype, kind=kind)
 
 
 # =============================================================================================
@@ -381,8 +390,7 @@ def build_vocab_map(samples: list[dict], size: int, vocab_size: int, always=()) 
 
 def _tensors(samples, vocab_map: list[int], vocab_size: int) -> list[dict]:
     """Per sample: inputs (prompt + outputs but the last), label positions, soft labels on the map."""
-    inv = torch.full((vocab_size,), -1, dtype=torch.long)
-    inv[torch.as_tensor(vocab_map)] = torch.arange(len(vocab_map))
+    inv = inverse_map(vocab_map, vocab_size)
     out = []
     for s in samples:
         n = len(s["output_ids"])
@@ -390,12 +398,25 @@ def _tensors(samples, vocab_map: list[int], vocab_size: int) -> list[dict]:
             continue
         P = len(s["prompt_ids"])
         ids = torch.as_tensor(s["prompt_ids"] + s["output_ids"][:-1], dtype=torch.long)  # [P + n - 1]
-        top = inv[torch.as_tensor(s["topk_ids"])]  # [n, K] map index or -1
-        p = torch.softmax(torch.as_tensor(s["topk_logits"]), dim=-1) * (top >= 0)  # [n, K] in-map mass only
-        mass = p.sum(-1, keepdim=True)
-        out.append({"ids": ids, "first": P - 1, "idx": top.clamp(min=0), "p": p / mass.clamp(min=1e-9),
-                    "w": (mass.squeeze(-1) > 0).float(), "top1": top[:, 0]})  # top1 = -1: outside the map
+        out.append({"ids": ids, "first": P - 1, **soft_labels(s["topk_ids"], s["topk_logits"], inv)})
     return out
+
+
+def inverse_map(vocab_map: list[int], vocab_size: int) -> torch.Tensor:
+    """[V] position of each token in the map, -1 outside it."""
+    inv = torch.full((vocab_size,), -1, dtype=torch.long)
+    inv[torch.as_tensor(vocab_map)] = torch.arange(len(vocab_map))
+    return inv
+
+
+def soft_labels(topk_ids, topk_logits, inv: torch.Tensor) -> dict:
+    """The target's top-k distribution per output position, renormalised over the map:
+    idx [n, K] map indices, p [n, K], w [n] (0 where no top-k token is in the map), top1 [n]
+    (the target's greedy token's map index, -1 outside the map)."""
+    top = inv[torch.as_tensor(topk_ids, dtype=torch.long)]  # [n, K] map index or -1
+    p = torch.softmax(torch.as_tensor(topk_logits, dtype=torch.float32), dim=-1) * (top >= 0)  # in-map mass only
+    mass = p.sum(-1, keepdim=True)
+    return {"idx": top.clamp(min=0), "p": p / mass.clamp(min=1e-9), "w": (mass.squeeze(-1) > 0).float(), "top1": top[:, 0]}
 
 
 def _collate(items: list[dict]):
@@ -418,8 +439,14 @@ def _loss(draft, batch, autocast: bool):
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         h = draft.model(input_ids=ids, attention_mask=mask).last_hidden_state  # [B, T, hidden]
         z = draft.lm_head.reduced(h[rows, cols])  # [N, n_map] only labelled positions
+    return soft_ce(z, idx, p, w, top1)
+
+
+def soft_ce(z: torch.Tensor, idx, p, w, top1):
+    """Soft cross-entropy of map logits z [N, n_map] against soft_labels (= KL(p || q) + H(p)),
+    averaged over labelled positions; plus the count of greedy agreements and of positions."""
     logq = torch.log_softmax(z.float(), dim=-1)  # [N, n_map]
-    ce = -(p * logq.gather(-1, idx)).sum(-1)  # [N] soft cross-entropy = KL(p || q) + H(p)
+    ce = -(p * logq.gather(-1, idx)).sum(-1)  # [N]
     loss = (ce * w).sum() / w.sum().clamp(min=1)
     agree = (z.argmax(-1) == top1).float()  # [N] greedy agreement with the target's top-1
     return loss, agree.sum().item(), len(agree)
@@ -439,20 +466,22 @@ def _batches(data, batch_size: int, g: torch.Generator):
 
 
 @torch.no_grad()
-def evaluate_agreement(draft, data, batch_size: int = 16, autocast: bool = True) -> dict:
+def evaluate_agreement(draft, data, batch_size: int = 16, autocast: bool = True, loss_fn=None, collate=None) -> dict:
     """Teacher-forced on held-out target outputs: top-1 agreement (= greedy alpha at k = 1) and loss."""
+    loss_fn, collate = loss_fn or _loss, collate or _collate
     draft.eval()
     agree = n = 0
     loss_sum = 0.0
     for i in range(0, len(data), batch_size):
-        loss, a, m = _loss(draft, _collate(data[i:i + batch_size]), autocast)
+        loss, a, m = loss_fn(draft, collate(data[i:i + batch_size]), autocast)
         agree, n, loss_sum = agree + a, n + m, loss_sum + loss.item() * m
     draft.train()
     return {"agreement": agree / max(n, 1), "loss": loss_sum / max(n, 1), "positions": n}
 
 
 def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, seed: int, budget_s: float | None = None,
-          weight_decay: float = 0.05, warmup: int = 30, eval_every: int = 100, autocast: bool = True, log=None) -> dict:
+          weight_decay: float = 0.05, warmup: int = 30, eval_every: int = 100, autocast: bool = True, log=None,
+          loss_fn=None, collate=None) -> dict:
     """AdamW, linear warmup then cosine to 10% over ``steps``; keeps the best held-out checkpoint.
 
     Everything that shapes the weights (batch order, learning rate) follows the step count and
@@ -463,6 +492,7 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
     """
     from tqdm import tqdm
 
+    loss_fn, collate = loss_fn or _loss, collate or _collate  # the token draft's; featdraft passes its own
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     g = torch.Generator().manual_seed(seed)
@@ -477,7 +507,7 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
 
     def checkpoint():
         nonlocal best, best_state
-        v = evaluate_agreement(draft, val_data, autocast=autocast) if val_data else {"agreement": 0.0, "loss": 0.0}
+        v = evaluate_agreement(draft, val_data, autocast=autocast, loss_fn=loss_fn, collate=collate) if val_data else {"agreement": 0.0, "loss": 0.0}
         v.update(step=step, elapsed_s=time.perf_counter() - t0)
         hist["val"].append(v)
         if v["agreement"] > best["agreement"]:
@@ -500,7 +530,7 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
         scale = min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
         for group in opt.param_groups:
             group["lr"] = lr * scale
-        loss, _, _ = _loss(draft, _collate(next(it)), autocast)
+        loss, _, _ = loss_fn(draft, collate(next(it)), autocast)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -609,8 +639,12 @@ def add_distill_parser(sub) -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--vocab", type=int, default=8192, help="output vocabulary of the draft (most emitted tokens)")
-    p.add_argument("--layers", type=int, default=2, help="draft depth (layers at the target's width)")
-    p.add_argument("--init-layers", default="first", help="'first' or comma-separated target layer ids to start from")
+    p.add_argument("--kind", default="token", choices=["token", "feature"],
+                   help="token: a small LM on tokens alone; feature: one layer fed the target's hidden states (EAGLE, "
+                        "specviz/featdraft.py)")
+    p.add_argument("--layers", type=int, default=2, help="draft depth (layers at the target's width; a feature draft has 1)")
+    p.add_argument("--init-layers", default="first",
+                   help="'first' or comma-separated target layer ids to start from ('random' too for a feature draft)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-budget-min", type=float, default=None,
                    help="safety stop for training, in minutes (default: none); if it ends training before --steps, "
@@ -684,7 +718,8 @@ def _validate(a) -> list[int]:
 
 
 def cmd_distill(a) -> int:
-    from .drafts import ModelDraft
+    from . import featdraft
+    from .drafts import FeatureDraft, ModelDraft
     from .engine import eos_token_ids
     from .promptgen import freeform_prompts, heldout_prompts, training_prompts
     from .runner import get_model
@@ -700,8 +735,12 @@ def cmd_distill(a) -> int:
     if a.vocab > V:
         raise SpecvizError(f"--vocab {a.vocab} exceeds the target's vocabulary ({V})")
     dtype_name = str(target.dtype).removeprefix("torch.")
+    feature = a.kind == "feature"
+    if feature:
+        a.layers = 1
     _check_data_meta(data, {"target": a.target, "dtype": dtype_name, "max_new_tokens": a.max_new_tokens, "topk": a.topk,
-                            "seed": a.seed, "gen_batch_size": a.gen_batch_size})
+                            "seed": a.seed, "gen_batch_size": a.gen_batch_size, **({"kind": "feature"} if feature else {})})
+    gen = featdraft.generate_parallel if feature else generate_parallel
 
     # ---- 1. data
     t0 = time.perf_counter()
@@ -713,17 +752,18 @@ def cmd_distill(a) -> int:
         a.gen_workers = 1 if target.device.type == "cuda" else max(1, min(4, os.cpu_count() or 1))
     common = dict(data=data, max_new=a.max_new_tokens, batch_size=a.gen_batch_size, topk=a.topk)
     if val_prompts:
-        generate_parallel(target, a.gen_workers, prompts=val_prompts, name="val", seed=a.seed + 1, greedy_every=1,
+        gen(target, a.gen_workers, prompts=val_prompts, name="val", seed=a.seed + 1, greedy_every=1,
                           desc="held-out data", **common)
     deadline = time.time() + 60 * a.gen_budget_min if a.gen_budget_min else None
-    generate_parallel(target, a.gen_workers, prompts=train_prompts, name="train", seed=a.seed, deadline=deadline,
+    gen(target, a.gen_workers, prompts=train_prompts, name="train", seed=a.seed, deadline=deadline,
                       desc="training data", **common)
     gen_s = time.perf_counter() - t0
-    train_samples = [s for s in read_samples(sorted(data.glob("train-*.jsonl")))
-                     if s["sample"] < a.samples and s["prompt"] == train_prompts[s["sample"]]]
+    read = ((lambda name: featdraft.read_feature_samples(data, name)) if feature
+            else (lambda name: read_samples(sorted(data.glob(f"{name}-*.jsonl")))))
+    train_samples = [s for s in read("train") if s["sample"] < a.samples and s["prompt"] == train_prompts[s["sample"]]]
     train_samples = list({s["sample"]: s for s in reversed(train_samples)}.values())  # one per sample
     train_samples.sort(key=lambda s: s["sample"])  # worker interleaving must not change training
-    val_samples = sorted(read_samples(sorted(data.glob("val-*.jsonl"))), key=lambda s: s["sample"]) if val_prompts else []
+    val_samples = sorted(read("val"), key=lambda s: s["sample"]) if val_prompts else []
     if not train_samples:
         raise SpecvizError("no training data was generated (raise --gen-budget-min or --samples)")
     n_tokens = sum(len(s["output_ids"]) for s in train_samples)
@@ -733,28 +773,37 @@ def cmd_distill(a) -> int:
     torch.manual_seed(a.seed)
     eos = sorted(eos_token_ids(target))
     vocab_map = build_vocab_map(train_samples, a.vocab, V, always=eos)
-    config = draft_config(target.model.config, a.layers)
-    layer_ids = _layer_ids(a.init_layers, a.layers, target.model.config.num_hidden_layers)
-    emb_w = target.model.get_input_embeddings().weight.detach().float()  # frozen, as the target's dtype rounds it
-    draft = build_draft(config, nn.Embedding.from_pretrained(emb_w.clone(), freeze=True), vocab_map)
-    draft.float().to(target.device)  # fp32 master weights; the forward runs under bf16 autocast
-    init_from_target(draft, target.model, layer_ids)
+    if feature:
+        layer_ids = [] if a.init_layers == "random" else _layer_ids(a.init_layers, 1, target.model.config.num_hidden_layers)
+        draft = featdraft.build_feature_draft(target.model, vocab_map, layer_ids[0] if layer_ids else None)
+        draft.to(target.device)  # fp32 master weights; the forward runs under bf16 autocast
+    else:
+        config = draft_config(target.model.config, a.layers)
+        layer_ids = _layer_ids(a.init_layers, a.layers, target.model.config.num_hidden_layers)
+        emb_w = target.model.get_input_embeddings().weight.detach().float()  # frozen, as the target's dtype rounds it
+        draft = build_draft(config, nn.Embedding.from_pretrained(emb_w.clone(), freeze=True), vocab_map)
+        draft.float().to(target.device)  # fp32 master weights; the forward runs under bf16 autocast
+        init_from_target(draft, target.model, layer_ids)
     own = sum(p.numel() for n, p in draft.named_parameters() if not n.startswith("model.embed_tokens."))
-    _log(f"draft: {a.layers} layers (from target layers {layer_ids}), vocab {len(vocab_map)}, {own / 1e6:.1f}M own params")
+    _log(f"{a.kind} draft: {a.layers} layers (from target layers {layer_ids or 'none: random'}), vocab {len(vocab_map)}, "
+         f"{own / 1e6:.1f}M own params")
 
     # ---- 3. training
-    train_data = _tensors(train_samples, vocab_map, V)
-    val_data = _tensors(val_samples, vocab_map, V)
+    tensors = featdraft.feature_tensors if feature else _tensors
+    train_data = tensors(train_samples, vocab_map, V)
+    val_data = tensors(val_samples, vocab_map, V)
+    fns = dict(loss_fn=featdraft.feature_loss, collate=featdraft.collate_features) if feature else {}
     hist = train(draft, train_data, val_data, a.steps, a.batch_size, a.lr, a.seed, 60 * a.time_budget_min if a.time_budget_min else None,
-                 weight_decay=a.weight_decay, eval_every=a.eval_every, log=_log)
+                 weight_decay=a.weight_decay, eval_every=a.eval_every, log=_log, **fns)
     _log(f"trained {hist['steps']} steps in {hist['train_s']:.0f} s; best held-out agreement "
          f"{hist['best']['agreement']:.3f} (step {hist['best']['step']})")
 
     # ---- 4. save, reload as a draft SPEC would, evaluate
-    save_draft(draft, out, target, vocab_map, extra={"layers": a.layers, "init_layers": layer_ids})
+    save_draft(draft, out, target, vocab_map, extra={"layers": a.layers, "init_layers": layer_ids,
+                                                      **({"kind": "feature"} if feature else {})})
     t_eval = time.perf_counter()
     loaded = load_distilled_draft(out, target)
-    proposer = ModelDraft(loaded, vocab_size=V)
+    proposer = (FeatureDraft if feature else ModelDraft)(loaded, vocab_size=V)
     _log(f"evaluating on {len(eval_prompts)} held-out prompts at k = {ks}")
     held = eval_acceptance(target, proposer, eval_prompts, ks, a.eval_max_new_tokens, 8)
     free = None if a.no_freeform else eval_acceptance(target, proposer, freeform_prompts(a.eval_prompts), ks,
@@ -805,7 +854,7 @@ def _report(a, target, loaded, own, layer_ids, vocab_map, train_samples, val_sam
         "args": {k: v for k, v in vars(a).items() if k != "func"},
         "target": {"spec": target.spec, "name": target.name, "dtype": str(target.dtype).removeprefix("torch."),
                    "device": str(target.device)},
-        "draft": {"layers": a.layers, "init_layers": layer_ids, "vocab": len(vocab_map), "own_params": own,
+        "draft": {"kind": a.kind, "layers": a.layers, "init_layers": layer_ids, "vocab": len(vocab_map), "own_params": own,
                   "own_bytes_bf16": 2 * own},
         "data": {"train_samples": len(train_samples), "requested_samples": a.samples, "train_tokens": n_tokens, "val_samples": len(val_samples),
                  "val_tokens": sum(map(len, val_out)), "generation_s": gen_s, "threads": torch.get_num_threads(),

@@ -70,16 +70,38 @@ class ModelDraft:
         pad = torch.full((logits.shape[0], V - logits.shape[-1]), float("-inf"), device=logits.device, dtype=logits.dtype)
         return torch.cat([logits, pad], dim=-1)
 
+    # ---- one draft forward: overridden by FeatureDraft ----------------------------------------
+    def _first_input(self):
+        """What the first forward of a step feeds: the pending tokens, left-padded."""
+        return left_pad(self.pending, 0, self.device)
+
+    def _forward(self, inp) -> torch.Tensor:
+        ids, valid = inp
+        return self._q(self.kv.forward(ids, valid, last_only=True)[:, -1])  # [B, V]
+
+    def _next_input(self, tok: torch.Tensor):
+        return tok.unsqueeze(1), torch.ones(tok.shape[0], 1, dtype=torch.bool, device=self.device)
+
+    def _cannot_draft(self) -> torch.Tensor | None:
+        """[B] rows with nothing to draft from this step (proposing 0), or None."""
+        return None
+
     @torch.inference_mode()
     def propose(self, contexts, k: int, params: SamplingParams, u: torch.Tensor) -> Proposal:
         B = len(self.pending)
         tokens = torch.full((B, k), -1, dtype=torch.long, device=self.device)
         n = torch.full((B,), k, dtype=torch.long, device=self.device)  # proposals per row
+        blocked = self._cannot_draft()
+        if blocked is not None:
+            n = torch.where(blocked, 0, n)
+            if not bool(n.any()):  # no row has anything to draft from: no forward at all
+                self._fed = self._proposed = 0
+                return Proposal(tokens, n, None)
         probs = [] if not params.greedy else None
-        ids, valid = left_pad(self.pending, 0, self.device)
+        inp = self._first_input()
         m = k  # draft forwards run this step
         for j in range(k):
-            logits = self._q(self.kv.forward(ids, valid, last_only=True)[:, -1])  # [B, V]
+            logits = self._forward(inp)  # [B, V]
             tok, q = sample_tokens(logits, params, u[:, j])
             tokens[:, j] = torch.where(n > j, tok, -1)
             if probs is not None:
@@ -87,11 +109,11 @@ class ModelDraft:
             if self.stop_below > 0:
                 conf = torch.softmax(logits.float(), dim=-1).amax(dim=-1)  # [B] the draft's top probability
                 n = torch.where((n == k) & (conf < self.stop_below), j + 1, n)
-                if j + 1 < k and bool((n <= j + 1).all()):
-                    m = j + 1
-                    break
+            if j + 1 < k and bool((n <= j + 1).all()):
+                m = j + 1
+                break
             if j + 1 < k:  # the k-th draft token is never fed here (see the class docstring)
-                ids, valid = tok.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool, device=self.device)
+                inp = self._next_input(tok)
         self._fed = max(m - 1, 0)
         self._proposed = m
         return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None)
@@ -112,6 +134,80 @@ class ModelDraft:
     def select_rows(self, rows: torch.Tensor) -> None:
         self.kv.select_rows(rows)
         self.pending = [self.pending[i] for i in rows.tolist()]
+
+
+class FeatureDraft(ModelDraft):
+    """A feature draft (specviz.featdraft, EAGLE): its input at position p is token x_p with the
+    target's feature f_{p-1}, which the engine passes in (``wants_features``) from the prefill
+    (``start``) and from every verify (``commit``).
+
+    Cache invariant: the draft cache holds slots fed with *true* target features only; ``pending``
+    holds the tokens since then with their true previous features. While proposing, the draft feeds
+    its own tokens with its own predicted features g; ``commit`` drops all of those slots (their
+    inputs were guesses even where the tokens were accepted) and queues the emitted tokens with the
+    verify's true features instead.
+    """
+
+    kind = "feature"
+    wants_features = True
+
+    def start(self, contexts: list[list[int]], features=None) -> None:
+        from .featdraft import fused_input
+
+        self.fused_input = fused_input
+        B = len(contexts)
+        self.kv = RaggedCache(self.model, self.compact_threshold, keep_hidden=True)
+        self.kv.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
+        self.kv.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
+        H = self.model.config.hidden_size
+        hidden, valid = features if features is not None and features[0] is not None else (None, None)
+        # prefill fed x_0 .. x_{P-2}, so it gave f_0 .. f_{P-2}: positions 1 .. P-1 can be fed
+        self.pending = [c[1:] for c in contexts]
+        self.pending_f = [hidden[i][valid[i]] if hidden is not None else torch.zeros(0, H, device=self.device)
+                          for i in range(B)]
+        self._fed = self._proposed = 0
+        self._g = None
+
+    def _cannot_draft(self) -> torch.Tensor:
+        return torch.tensor([len(p) == 0 for p in self.pending], device=self.device)
+
+    def _first_input(self):
+        ids, valid = left_pad(self.pending, 0, self.device)
+        B, T = ids.shape
+        feats = torch.zeros(B, T, self.model.config.hidden_size, device=self.device, dtype=self.model.dtype)
+        for i, f in enumerate(self.pending_f):
+            if len(f):
+                feats[i, T - len(f):] = f
+        return ids, valid, feats
+
+    def _forward(self, inp) -> torch.Tensor:
+        ids, valid, feats = inp
+        logits = self.kv.forward(None, valid, last_only=True, inputs_embeds=self.fused_input(self.model, ids, feats))
+        self._g = self.kv.hidden[:, -1:]  # [B, 1, H] the predicted feature at the last slot
+        return self._q(logits[:, -1])
+
+    def _next_input(self, tok: torch.Tensor):
+        return tok.unsqueeze(1), torch.ones(tok.shape[0], 1, dtype=torch.bool, device=self.device), self._g
+
+    def commit(self, num_accepted: list[int], emitted: list[list[int]], features=None) -> None:
+        if features is None:
+            raise ValueError("FeatureDraft.commit needs the verify's features (the engine passes them)")
+        fed = self._fed
+        if fed:  # every slot fed with a predicted feature goes
+            self.kv.reject_tail(torch.zeros(len(num_accepted), fed, dtype=torch.bool, device=self.device))
+        self.kv.maybe_compact()
+        # the verify fed [x_{n-1}, d_1 .. d_k]; slots 0 .. a are the true features of the emitted tokens' predecessors
+        new_f = [features[i, : a + 1] for i, a in enumerate(num_accepted)]
+        if self._proposed == 0:  # nothing was fed this step: the backlog grows
+            self.pending = [p + e for p, e in zip(self.pending, emitted)]
+            self.pending_f = [torch.cat([pf, f]) for pf, f in zip(self.pending_f, new_f)]
+        else:
+            self.pending, self.pending_f = [list(e) for e in emitted], new_f
+        self._fed = self._proposed = 0
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        super().select_rows(rows)
+        self.pending_f = [self.pending_f[i] for i in rows.tolist()]
 
 
 class NgramDraft:

@@ -16,7 +16,7 @@ import torch
 
 from .controllers import COST_AWARE, make_controller
 from .distill import get_distilled_draft, is_distilled_draft
-from .drafts import ModelDraft, NgramDraft
+from .drafts import FeatureDraft, ModelDraft, NgramDraft
 from .engine import SpecDecoder
 from .models import SpecvizError, check_tokenizers_agree, load_model, resolve_device, resolve_dtype
 from .sampling import SamplingParams
@@ -190,6 +190,8 @@ def make_proposer(draft: str, target, stop_below: float = 0.0):
     else:
         loaded = get_model(spec, str(target.device), str(target.dtype).removeprefix("torch."))
     check_tokenizers_agree(target.tokenizer, loaded.tokenizer)
+    if getattr(loaded, "kind", "token") == "feature":
+        return FeatureDraft(loaded, vocab_size=target.model.config.vocab_size, stop_below=stop_below)
     return ModelDraft(loaded, vocab_size=target.model.config.vocab_size, stop_below=stop_below)
 
 

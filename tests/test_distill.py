@@ -170,3 +170,30 @@ def test_two_worker_processes_write_what_one_process_writes(tmp_path, target):
     assert outputs(tmp_path / "two") == outputs(tmp_path / "one") and len(outputs(tmp_path / "one")) == 4
     generate_parallel(target, 2, data=tmp_path / "two", **kwargs)  # resuming finds nothing left to do
     assert len(read_samples(sorted((tmp_path / "two").glob("train-*.jsonl")))) == 4
+
+
+@pytest.fixture(scope="module")
+def feature_distilled(tmp_path_factory, target):
+    out = tmp_path_factory.mktemp("feature-draft")
+    a = parse(["--out", str(out), *TINY, "--kind", "feature"])
+    assert a.func(a) == 0
+    return out, json.loads((out / "report.json").read_text())
+
+
+def test_feature_draft_command_trains_saves_and_loads_as_a_feature_draft(feature_distilled, target):
+    from specviz.drafts import FeatureDraft
+    from specviz.runner import make_proposer
+
+    out, report = feature_distilled
+    assert report["draft"]["kind"] == "feature" and report["draft"]["layers"] == 1
+    assert report["training"]["loss_last"] < 0.8 * report["training"]["loss_first"]
+    assert json.loads((out / DRAFT_FILE).read_text())["kind"] == "feature"
+    proposer = make_proposer(str(out), target)
+    assert isinstance(proposer, FeatureDraft) and "feature" in proposer.name
+    vmap = set(json.loads((out / DRAFT_FILE).read_text())["vocab_map"])
+    ids = encode_prompts(target.tokenizer, ["Explain what a lighthouse does.", "List three uses of salt."])
+    regular, _ = decode(target, ids, None, 0, max_new=16)
+    spec, steps = decode(target, ids, proposer, 3, max_new=16)
+    assert [r.output for r in spec.rows] == [r.output for r in regular.rows]  # greedy exactness in fp32
+    proposed = [t for s in steps for r in s["rows"] for t in r["draft_tokens"]]
+    assert proposed and set(proposed) <= vmap

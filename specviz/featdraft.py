@@ -1,0 +1,266 @@
+"""A feature draft (EAGLE, Li et al. 2024): a one-layer draft that reads the target's own hidden states.
+
+A token draft must guess the next token from tokens alone; at this size it agrees with the
+target's greedy choice about 40% of the time on prompts it never saw. The target's final hidden
+state (the final-norm output, what its output layer reads: the *feature* f_p at position p)
+already encodes almost everything the target "knows" about the text; the draft here predicts the
+*next* feature from it:
+
+    input at position p    u_p = fc([embed(x_p) ; f_{p-1}])           (fc: 2H -> H)
+    one decoder layer      g_p = norm(layer(u_p | earlier slots))      (its own KV cache)
+    prediction             g_p ~ f_p, so logits_p = lm_head(g_p) predict x_{p+1}
+
+The target's embedding and output layer are shared (frozen, never stored); the output layer is
+restricted to a vocabulary map, as for the token draft (``specviz.distill.MappedHead``).
+
+Drafting (``specviz.drafts.FeatureDraft``): the target's verify computes f for every slot it
+verifies, so after each step the draft is fed the emitted tokens with their *true* previous
+features; its own proposals run on its *predicted* features g and are always discarded at commit.
+
+Data: the target answers the built-in prompts through the engine's regular decoding with
+``keep_hidden``; every sample stores its features f_0..f_{P+n-2} (bf16) and the target's top-k
+logits at each output position. Shards are ``torch.save`` files, one per batch, resumable.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .models import SpecvizError
+
+
+# =============================================================================================
+# Data: the target's outputs, top-k logits and features
+
+
+def _decode_with_features(target, prompts, ids, temperature: float, max_new: int, topk: int, seed: int):
+    from .controllers import Fixed
+    from .distill import _TopkRecorder
+    from .engine import SpecDecoder
+    from .sampling import SamplingParams
+
+    rec = _TopkRecorder(topk)
+    dec = SpecDecoder(target, None, Fixed(0), prompts, ids, SamplingParams(temperature=temperature), max_new, seed,
+                      accept_fn=rec, keep_hidden=True)
+    feats = [[] for _ in prompts]
+    labels = [[] for _ in prompts]
+    for s, step in enumerate(dec.steps()):
+        if s == 0 and dec.prefill_hidden is not None:  # f_0 .. f_{P-2}: the prompt but its last token
+            for i in range(len(prompts)):
+                feats[i].append(dec.prefill_hidden[i][dec.prefill_valid[i]].cpu())
+        active = [r for r in step["rows"] if r["active"]]  # the verify's row order
+        h = dec.verify_hidden[:, 0].cpu()  # [B_active, H]: the feature of the token each row fed
+        for j, r in enumerate(active):
+            feats[r["index"]].append(h[j:j + 1])
+            if r["emitted"]:
+                labels[r["index"]].append((rec.last[0][j], rec.last[1][j]))
+    samples = []
+    for i, r in enumerate(dec.rows):
+        f = torch.cat(feats[i]).to(torch.bfloat16)
+        n = len(r.output)
+        # the row fed its prompt and all outputs but the last: P + n - 1 features
+        assert f.shape[0] == len(r.prompt_ids) + n - 1, (f.shape, len(r.prompt_ids), n)
+        samples.append({"prompt": r.prompt, "temperature": temperature, "prompt_ids": r.prompt_ids,
+                        "output_ids": r.output, "finish_reason": r.finish_reason, "features": f,
+                        "topk_ids": torch.as_tensor(np.stack([a for a, _ in labels[i]]).astype(np.int32)),
+                        "topk_logits": torch.as_tensor(np.stack([b for _, b in labels[i]]))})
+    return samples
+
+
+def generate_feature_data(target, prompts: list[str], data: Path, name: str, max_new: int, batch_size: int, topk: int,
+                          seed: int, greedy_every: int = 2, deadline: float | None = None, worker: int = 0,
+                          workers: int = 1, desc: str = "data") -> None:
+    """Answer ``prompts`` in batches into ``data/name-<batch>.pt``; batches already there are skipped.
+
+    Batch j goes to worker j % workers, is greedy when j % greedy_every == 0 (else sampled at
+    distill.SAMPLE_TEMPERATURE) and is seeded seed*1000 + j, so a resumed run writes what an
+    uninterrupted one would. Stops before a batch that would end after ``deadline`` (time.time()).
+    """
+    from tqdm import tqdm
+
+    from .distill import SAMPLE_TEMPERATURE, _log
+    from .runner import encode_prompts
+
+    data.mkdir(parents=True, exist_ok=True)
+    batches = [list(range(j, min(len(prompts), j + batch_size))) for j in range(0, len(prompts), batch_size)]
+    todo = [(j, idx) for j, idx in enumerate(batches) if j % workers == worker and not (data / f"{name}-{j:05d}.pt").exists()]
+    if not todo:
+        return
+    label = desc if workers == 1 else f"{desc} (1 of {workers} workers)"
+    bar = tqdm(total=len(todo), desc=label, unit="batch", file=sys.stderr, mininterval=5, disable=worker > 0)
+    last_s = 0.0
+    for j, idx in todo:
+        t = time.time()
+        if deadline is not None and t + last_s > deadline:
+            if worker == 0:
+                _log(f"{desc}: generation budget reached")
+            break
+        batch = [prompts[i] for i in idx]
+        temperature = 0.0 if j % greedy_every == 0 else SAMPLE_TEMPERATURE
+        samples = _decode_with_features(target, batch, encode_prompts(target.tokenizer, batch), temperature, max_new,
+                                        topk, seed * 1000 + j)
+        for i, s in zip(idx, samples):
+            s["sample"] = i
+        tmp = data / f".{name}-{j:05d}.pt.tmp"
+        torch.save(samples, tmp)
+        os.replace(tmp, data / f"{name}-{j:05d}.pt")  # a shard is there whole or not at all
+        bar.update(1)
+        last_s = time.time() - t
+    bar.close()
+
+
+def _gen_worker(job: dict, worker: int) -> None:
+    import json  # noqa: F401  (kept symmetric with distill._gen_worker)
+
+    import transformers
+
+    from .runner import get_model
+
+    torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    kwargs = {**job["kwargs"], "data": Path(job["kwargs"]["data"])}
+    generate_feature_data(get_model(job["spec"], job["device"], job["dtype"]), worker=worker, **kwargs)
+
+
+_WORKER = "import json, sys; from specviz.featdraft import _gen_worker; _gen_worker(json.load(sys.stdin), int(sys.argv[1]))"
+
+
+def generate_parallel(target, workers: int, **kwargs) -> None:
+    """generate_feature_data here (workers = 1) or in ``workers`` one-thread subprocesses."""
+    if workers <= 1:
+        generate_feature_data(target, **kwargs)
+        return
+    import json
+
+    job = json.dumps({"spec": target.spec, "device": str(target.device), "dtype": str(target.dtype).removeprefix("torch."),
+                      "kwargs": {**kwargs, "data": str(kwargs["data"]), "workers": workers}})
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    procs = []
+    try:
+        for w in range(workers):
+            procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, str(w)], stdin=subprocess.PIPE, env=env, text=True))
+            procs[-1].stdin.write(job)
+            procs[-1].stdin.close()
+        codes = [p.wait() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+    if any(codes):
+        raise SpecvizError(f"a data-generation worker failed (exit codes {codes}); rerun the same command to resume")
+
+
+def read_feature_samples(data: Path, name: str) -> list[dict]:
+    """Every sample in ``data/name-*.pt``, ordered by sample index."""
+    out = []
+    for p in sorted(data.glob(f"{name}-*.pt")):
+        for s in torch.load(p, weights_only=True):
+            s["topk_ids"], s["topk_logits"] = s["topk_ids"].numpy().astype(np.int64), s["topk_logits"].numpy().astype(np.float32)
+            out.append(s)
+    return sorted(out, key=lambda s: s["sample"])
+
+
+# =============================================================================================
+# The draft: fc + one llama layer + final norm, sharing the target's embedding and output rows
+
+KIND = "feature"  # specviz_draft.json "kind" (a token draft has none)
+
+
+def build_feature_draft(target_model, vocab_map: list[int], init_layer: int | None = None):
+    """A one-layer LlamaForCausalLM with ``fc`` (2H -> H, no bias) for the fused input, the target's
+    (frozen) embedding and final norm, and a MappedHead holding the target's output rows for the map
+    (frozen: the draft predicts the target's features, so the target's own projection reads them).
+
+    init_layer: start the layer from that target layer (None: transformers' random init).
+    """
+    from torch import nn
+
+    from .distill import build_draft, draft_config
+
+    tcfg = target_model.config
+    config = draft_config(tcfg, 1)
+    emb = nn.Embedding.from_pretrained(target_model.get_input_embeddings().weight.detach().float().clone(), freeze=True)
+    draft = build_draft(config, emb, vocab_map)
+    H = config.hidden_size
+    draft.fc = nn.Linear(2 * H, H, bias=False)
+    with torch.no_grad():
+        # start as "the previous feature plus the token": fc = [I | I] / 2 (+ the default init's noise, scaled down)
+        draft.fc.weight.mul_(0.1).add_(torch.cat([torch.eye(H), torch.eye(H)], dim=1) * 0.5)
+        if init_layer is not None:
+            draft.model.layers[0].load_state_dict(target_model.model.layers[init_layer].state_dict())
+        draft.model.norm.load_state_dict(target_model.model.norm.state_dict())
+        out = target_model.get_output_embeddings().weight  # [V, H] (tied: the embedding)
+        draft.lm_head.weight.copy_(out[draft.lm_head.vocab_map].float())
+    draft.lm_head.weight.requires_grad_(False)
+    draft.float()
+    return draft
+
+
+def fused_input(draft, ids: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+    """u = fc([embed(ids) ; feats]): [B, T] ids and [B, T, H] previous-position features -> [B, T, H]."""
+    e = draft.model.embed_tokens(ids)
+    return draft.fc(torch.cat([e, feats.to(e.dtype)], dim=-1))
+
+
+# =============================================================================================
+# Training: per sample, draft positions p = 1 .. P+n-2 (inputs x_p and f_{p-1}, targets f_p and,
+# at output positions, the target's top-k distribution)
+
+
+def feature_tensors(samples, vocab_map: list[int], vocab_size: int) -> list[dict]:
+    from .distill import inverse_map, soft_labels
+
+    inv = inverse_map(vocab_map, vocab_size)
+    out = []
+    for s in samples:
+        n, P = len(s["output_ids"]), len(s["prompt_ids"])
+        if n < 1 or P < 2:
+            continue
+        toks = s["prompt_ids"] + s["output_ids"]
+        F = s["features"]  # [P + n - 1, H]: f_0 .. f_{P+n-2}
+        M = P + n - 2  # draft positions 1 .. P+n-2
+        out.append({"ids": torch.as_tensor(toks[1:M + 1], dtype=torch.long), "fin": F[:M], "ftgt": F[1:M + 1],
+                    "first": P - 2, **soft_labels(s["topk_ids"], s["topk_logits"], inv)})
+    return out
+
+
+def collate_features(items: list[dict]):
+    B, T, H = len(items), max(len(x["ids"]) for x in items), items[0]["fin"].shape[1]
+    ids = torch.zeros(B, T, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    fin = torch.zeros(B, T, H, dtype=items[0]["fin"].dtype)
+    ftgt = torch.zeros(B, T, H, dtype=items[0]["ftgt"].dtype)
+    rows, cols = [], []
+    for b, x in enumerate(items):
+        L, n = len(x["ids"]), len(x["p"])
+        ids[b, :L], mask[b, :L], fin[b, :L], ftgt[b, :L] = x["ids"], 1, x["fin"], x["ftgt"]
+        rows.append(torch.full((n,), b))
+        cols.append(torch.arange(x["first"], x["first"] + n))
+    cat = lambda key: torch.cat([x[key] for x in items])  # noqa: E731
+    return ids, mask, fin, ftgt, torch.cat(rows), torch.cat(cols), cat("idx"), cat("p"), cat("w"), cat("top1")
+
+
+REG_WEIGHT = 1.0  # feature regression (smooth L1) next to the soft cross-entropy
+
+
+def feature_loss(draft, batch, autocast: bool):
+    from .distill import soft_ce
+
+    device = draft.fc.weight.device
+    ids, mask, fin, ftgt, rows, cols, idx, p, w, top1 = (x.to(device) for x in batch)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        g = draft.model(inputs_embeds=fused_input(draft, ids, fin), attention_mask=mask).last_hidden_state  # [B, T, H]
+        z = draft.lm_head.reduced(g[rows, cols])  # [N, n_map]
+    ce, agree, count = soft_ce(z, idx, p, w, top1)
+    m = mask.bool()
+    reg = torch.nn.functional.smooth_l1_loss(g[m].float(), ftgt[m].float())
+    return ce + REG_WEIGHT * reg, agree, count

@@ -1,0 +1,121 @@
+"""The feature draft (EAGLE): its cache bookkeeping against a teacher-forced reference, greedy
+exactness over ragged batches, the target features the engine hands it, and its data."""
+
+import pytest
+import torch
+
+from specviz.distill import DistilledDraft
+from specviz.drafts import FeatureDraft
+from specviz.featdraft import build_feature_draft, fused_input
+from specviz.sampling import SamplingParams
+
+from fakes import decode, ragged_prompts, reference_greedy, tiny_llama
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(VOCAB, layers=2, seed=0)
+
+
+def feature_draft(target, vocab_map=None, seed=1) -> DistilledDraft:
+    torch.manual_seed(seed)
+    model = build_feature_draft(target.model, vocab_map or list(range(VOCAB)), init_layer=None).eval()
+    with torch.no_grad():  # random weights that still give the draft's argmax some signal
+        model.fc.weight.add_(0.3 * torch.randn_like(model.fc.weight))
+    return DistilledDraft(spec="tiny-feature", name="tiny-feature", model=model, tokenizer=target.tokenizer,
+                          device=target.device, dtype=target.dtype, kind="feature")
+
+
+@torch.no_grad()
+def teacher_forced_proposals(target, draft, context: list[int]) -> list[int]:
+    """proposal[n] = the draft's greedy guess for x_n given x_0..x_{n-1} and the target's true features."""
+    ids = torch.tensor([context])
+    f = target.model.model(input_ids=ids).last_hidden_state  # [1, N, H] final-norm output
+    u = fused_input(draft.model, ids[:, 1:], f[:, :-1])  # positions 1..N-1: (x_p, f_{p-1})
+    g = draft.model.model(inputs_embeds=u).last_hidden_state
+    guesses = draft.model.lm_head(g)[0].argmax(-1).tolist()  # guess for x_{p+1} at position p
+    return [None, None] + guesses  # index n: the guess for x_n (made at position n-1 >= 1)
+
+
+@pytest.mark.parametrize("lean", ["1", "0"], ids=["lean", "transformers"])
+def test_first_proposal_of_every_step_equals_the_teacher_forced_draft(target, monkeypatch, lean):
+    """The cache holds only true-feature slots: every step's first proposal is exactly what the draft
+    computes over the whole context with the target's features, whatever was rejected before."""
+    monkeypatch.setenv("SPECVIZ_LEAN_FORWARD", lean)
+    draft = feature_draft(target)
+    prompts = ragged_prompts(4, VOCAB, seed=3)
+    dec, steps = decode(target, prompts, FeatureDraft(draft, vocab_size=VOCAB), 3, max_new=20)
+    checked = 0
+    for row in dec.rows:
+        ref = teacher_forced_proposals(target, draft, row.context)
+        n = len(row.prompt_ids)
+        for s in steps:
+            rec = s["rows"][row.index]
+            if rec["active"] and rec["draft_tokens"]:
+                assert rec["draft_tokens"][0] == ref[n], (row.index, n)
+                checked += 1
+            n += len(rec["emitted"])
+    assert checked > 10
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_greedy_speculative_equals_regular_over_ragged_rows(target, k):
+    prompts = ragged_prompts(5, VOCAB, seed=5) + [[7]]  # a one-token prompt: nothing to draft from at first
+    ref = reference_greedy(target, prompts, max_new=18)
+    dec, steps = decode(target, prompts, FeatureDraft(feature_draft(target), vocab_size=VOCAB), k, max_new=18)
+    assert [r.output for r in dec.rows] == ref
+    assert sum(r["accepted"] for s in steps for r in s["rows"]) > 0
+
+
+def test_one_token_prompt_drafts_nothing_until_a_feature_exists(target):
+    dec, steps = decode(target, [[7]], FeatureDraft(feature_draft(target), vocab_size=VOCAB), 2, max_new=6)
+    assert steps[0]["rows"][0]["drafted"] == 0 and steps[1]["rows"][0]["drafted"] == 2
+
+
+def test_sampled_proposals_stay_in_the_vocabulary_map(target):
+    vmap = list(range(0, VOCAB, 2))
+    proposer = FeatureDraft(feature_draft(target, vmap), vocab_size=VOCAB)
+    dec, steps = decode(target, ragged_prompts(3, VOCAB), proposer, 3, max_new=12, params=SamplingParams(temperature=1.0))
+    proposed = [t for s in steps for r in s["rows"] for t in r["draft_tokens"]]
+    assert proposed and set(proposed) <= set(vmap)
+    assert all(len(r.output) == 12 for r in dec.rows)
+
+
+def test_engine_keeps_the_features_it_computes(target):
+    """keep_hidden: the prefill's and each verify's final-norm outputs, as a full forward gives them."""
+    from specviz.controllers import Fixed
+    from specviz.engine import SpecDecoder
+
+    prompt = ragged_prompts(1, VOCAB, seed=9)[0]
+    dec = SpecDecoder(target, None, Fixed(0), ["p"], [prompt], SamplingParams(), 4, keep_hidden=True)
+    fed = []
+    for s, _ in enumerate(dec.steps()):
+        if s == 0:
+            fed.append(dec.prefill_hidden[0][dec.prefill_valid[0]])
+        fed.append(dec.verify_hidden[0])
+    got = torch.cat(fed)
+    ctx = dec.rows[0].context
+    with torch.no_grad():
+        want = target.model.model(input_ids=torch.tensor([ctx[:-1]])).last_hidden_state[0]
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_feature_data_lines_up_features_tokens_and_labels(target, tmp_path, monkeypatch):
+    import specviz.runner as runner
+    from specviz.featdraft import feature_tensors, generate_feature_data, read_feature_samples
+
+    # the tiny model has no chat template: prompts become raw ids
+    monkeypatch.setattr(runner, "encode_prompts", lambda tok, ps: [[1 + ord(w) % (VOCAB - 1) for w in p.split()] for p in ps])
+    generate_feature_data(target, ["a b c", "d e f g h"], tmp_path, "train", max_new=5, batch_size=2, topk=4, seed=0)
+    samples = read_feature_samples(tmp_path, "train")
+    assert [s["sample"] for s in samples] == [0, 1]
+    for s in samples:
+        P, n = len(s["prompt_ids"]), len(s["output_ids"])
+        assert s["features"].shape == (P + n - 1, target.model.config.hidden_size) and s["topk_ids"].shape == (n, 4)
+        # greedy data: the target's top-1 at each output position is the token it emitted
+        assert s["topk_ids"][:, 0].tolist() == s["output_ids"]
+    t = feature_tensors(samples, list(range(VOCAB)), VOCAB)[0]
+    assert len(t["ids"]) == len(t["fin"]) == len(t["ftgt"]) and t["first"] + len(t["p"]) == len(t["ids"])
