@@ -162,15 +162,24 @@ def cmd_bench(a) -> int:
     _run_with_progress(warm, target, proposer, "warm-up", telemetry=False)
     _run_with_progress(dataclasses.replace(warm, mode="regular"), target, None, "warm-up", telemetry=False)
     with_peer = cfg.batch_size == 1 and not a.no_peer and cfg.temperature == 0
+    peer_proposer = proposer
+    if with_peer and a.peer_draft:  # e.g. a feature draft here, a token draft for transformers
+        from .runner import make_proposer
+
+        peer_proposer = make_proposer(a.peer_draft, target, cfg.draft_confidence)
+    if with_peer and getattr(peer_proposer, "kind", None) not in ("model", "ngram"):
+        print(f"no transformers peer: generate(assistant_model=...) cannot run a {getattr(peer_proposer, 'kind', '?')} "
+              "draft (give --peer-draft a token draft to compare against)", file=sys.stderr)
+        with_peer = False
     if with_peer:
-        _peer_generate(target, proposer, dataclasses.replace(warm, prompts=warm.prompts[:1]))
+        _peer_generate(target, peer_proposer, dataclasses.replace(warm, prompts=warm.prompts[:1]))
     results = {"regular": [], "speculative": [], "peer": []}
     traces = {}
     for rep in range(a.repeats):  # interleaved (peer too) so drift hits every arm alike
         for mode, c, prop in (("regular", reg_cfg, None), ("speculative", cfg, proposer)):
             tok_s, traces[mode] = _bench_pass(c, target, prop, f"{mode} {rep + 1}/{a.repeats}")
             results[mode].append(tok_s)
-        peer = _peer_generate(target, proposer, cfg) if with_peer else None
+        peer = _peer_generate(target, peer_proposer, cfg) if with_peer else None
         if peer is not None:
             results["peer"].append(peer)
     reg, spec = statistics.median(results["regular"]), statistics.median(results["speculative"])
@@ -189,7 +198,8 @@ def cmd_bench(a) -> int:
     if results["peer"]:
         peer = statistics.median(results["peer"])
         ours_vs_peer = statistics.median(s_ / p_ for s_, p_ in zip(results["speculative"], results["peer"]))
-        print(f"{'transformers generate peer':<28}{peer:>10.1f}{peer / reg:>8.2f}")
+        print(f"{'transformers generate peer':<28}{peer:>10.1f}{peer / reg:>8.2f}"
+              + (f"  (its draft: {peer_proposer.name})" if peer_proposer is not proposer else ""))
         print(f"ours vs peer: {ours_vs_peer:.2f}x (median of per-repeat ratios; per repeat: "
               + ", ".join(f"{s_ / p_:.2f}" for s_, p_ in zip(results["speculative"], results["peer"])) + ")")
     print(f"acceptance rate {_fmt(s['acceptance_rate'])}, mean acceptance length {_fmt(s['mean_acceptance_length'])}, "
@@ -308,6 +318,8 @@ def main(argv=None) -> int:
     _add_run_args(pb)
     pb.add_argument("--repeats", type=int, default=3)
     pb.add_argument("--no-peer", action="store_true", help="skip transformers' generate() peer")
+    pb.add_argument("--peer-draft", metavar="SPEC",
+                    help="the peer's draft when it differs from ours (transformers cannot run a feature draft)")
     pc = sub.add_parser("calibrate", help="fit the cost model of the target and draft on this device")
     _add_run_args(pc)
     pc.add_argument("--batch-sizes", default="1,2,4,8,16")

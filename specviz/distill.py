@@ -302,6 +302,8 @@ def generate_data(target, prompts: list[str], data: Path, name: str, max_new: in
 
 def _gen_worker(job: dict, worker: int) -> None:
     """One data-generation process: its own target copy on one thread (steady on a busy CPU)."""
+    import importlib
+
     import transformers
 
     from .runner import get_model
@@ -310,26 +312,31 @@ def _gen_worker(job: dict, worker: int) -> None:
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     kwargs = {**job["kwargs"], "data": Path(job["kwargs"]["data"])}
-    generate_data(get_model(job["spec"], job["device"], job["dtype"]), worker=worker, **kwargs)
+    fn = getattr(importlib.import_module(job["module"]), job["function"])
+    fn(get_model(job["spec"], job["device"], job["dtype"]), worker=worker, **kwargs)
 
 
 _WORKER = "import json, sys; from specviz.distill import _gen_worker; _gen_worker(json.load(sys.stdin), int(sys.argv[1]))"
 
 
-def generate_parallel(target, workers: int, **kwargs) -> None:
-    """generate_data in this process (workers = 1) or in ``workers`` single-thread subprocesses.
+def generate_parallel(target, workers: int, fn=None, **kwargs) -> None:
+    """``fn`` (generate_data, or featdraft.generate_feature_data) in this process (workers = 1) or
+    in ``workers`` single-thread subprocesses, worker w taking batches j = w (mod workers).
 
     Plain subprocesses, not multiprocessing: they work whatever the caller's __main__ is.
     """
+    fn = fn or generate_data
     if workers <= 1:
-        generate_data(target, **kwargs)
+        fn(target, **kwargs)
         return
-    done = {(s["sample"], s["prompt"]) for s in read_samples(sorted(kwargs["data"].glob(f"{kwargs['name']}-*.jsonl")))}
-    if all((i, p) in done for i, p in enumerate(kwargs["prompts"])):
-        return  # nothing to resume: do not start processes
+    if fn is generate_data:
+        done = {(s["sample"], s["prompt"]) for s in read_samples(sorted(kwargs["data"].glob(f"{kwargs['name']}-*.jsonl")))}
+        if all((i, p) in done for i, p in enumerate(kwargs["prompts"])):
+            return  # nothing to resume: do not start processes
     import subprocess
 
     job = json.dumps({"spec": target.spec, "device": str(target.device), "dtype": str(target.dtype).removeprefix("torch."),
+                      "module": fn.__module__, "function": fn.__name__,
                       "kwargs": {**kwargs, "data": str(kwargs["data"]), "workers": workers}})
     root = str(Path(__file__).resolve().parents[1])  # so the children import this specviz
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
@@ -740,7 +747,7 @@ def cmd_distill(a) -> int:
         a.layers = 1
     _check_data_meta(data, {"target": a.target, "dtype": dtype_name, "max_new_tokens": a.max_new_tokens, "topk": a.topk,
                             "seed": a.seed, "gen_batch_size": a.gen_batch_size, **({"kind": "feature"} if feature else {})})
-    gen = featdraft.generate_parallel if feature else generate_parallel
+    gen_fn = featdraft.generate_feature_data if feature else generate_data
 
     # ---- 1. data
     t0 = time.perf_counter()
@@ -752,10 +759,10 @@ def cmd_distill(a) -> int:
         a.gen_workers = 1 if target.device.type == "cuda" else max(1, min(4, os.cpu_count() or 1))
     common = dict(data=data, max_new=a.max_new_tokens, batch_size=a.gen_batch_size, topk=a.topk)
     if val_prompts:
-        gen(target, a.gen_workers, prompts=val_prompts, name="val", seed=a.seed + 1, greedy_every=1,
+        generate_parallel(target, a.gen_workers, gen_fn, prompts=val_prompts, name="val", seed=a.seed + 1, greedy_every=1,
                           desc="held-out data", **common)
     deadline = time.time() + 60 * a.gen_budget_min if a.gen_budget_min else None
-    gen(target, a.gen_workers, prompts=train_prompts, name="train", seed=a.seed, deadline=deadline,
+    generate_parallel(target, a.gen_workers, gen_fn, prompts=train_prompts, name="train", seed=a.seed, deadline=deadline,
                       desc="training data", **common)
     gen_s = time.perf_counter() - t0
     read = ((lambda name: featdraft.read_feature_samples(data, name)) if feature

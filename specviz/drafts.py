@@ -14,6 +14,7 @@ import dataclasses
 
 import torch
 
+from .featdraft import fused_input
 from .ragged import RaggedCache, left_pad
 from .sampling import SamplingParams, sample_tokens
 
@@ -152,9 +153,6 @@ class FeatureDraft(ModelDraft):
     wants_features = True
 
     def start(self, contexts: list[list[int]], features=None) -> None:
-        from .featdraft import fused_input
-
-        self.fused_input = fused_input
         B = len(contexts)
         self.kv = RaggedCache(self.model, self.compact_threshold, keep_hidden=True)
         self.kv.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
@@ -182,7 +180,7 @@ class FeatureDraft(ModelDraft):
 
     def _forward(self, inp) -> torch.Tensor:
         ids, valid, feats = inp
-        logits = self.kv.forward(None, valid, last_only=True, inputs_embeds=self.fused_input(self.model, ids, feats))
+        logits = self.kv.forward(None, valid, last_only=True, inputs_embeds=fused_input(self.model, ids, feats))
         self._g = self.kv.hidden[:, -1:]  # [B, 1, H] the predicted feature at the last slot
         return self._q(logits[:, -1])
 

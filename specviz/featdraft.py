@@ -25,7 +25,6 @@ logits at each output position. Shards are ``torch.save`` files, one per batch, 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .models import SpecvizError
 
 
 # =============================================================================================
@@ -114,49 +112,6 @@ def generate_feature_data(target, prompts: list[str], data: Path, name: str, max
         bar.update(1)
         last_s = time.time() - t
     bar.close()
-
-
-def _gen_worker(job: dict, worker: int) -> None:
-    import json  # noqa: F401  (kept symmetric with distill._gen_worker)
-
-    import transformers
-
-    from .runner import get_model
-
-    torch.set_num_threads(1)
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    kwargs = {**job["kwargs"], "data": Path(job["kwargs"]["data"])}
-    generate_feature_data(get_model(job["spec"], job["device"], job["dtype"]), worker=worker, **kwargs)
-
-
-_WORKER = "import json, sys; from specviz.featdraft import _gen_worker; _gen_worker(json.load(sys.stdin), int(sys.argv[1]))"
-
-
-def generate_parallel(target, workers: int, **kwargs) -> None:
-    """generate_feature_data here (workers = 1) or in ``workers`` one-thread subprocesses."""
-    if workers <= 1:
-        generate_feature_data(target, **kwargs)
-        return
-    import json
-
-    job = json.dumps({"spec": target.spec, "device": str(target.device), "dtype": str(target.dtype).removeprefix("torch."),
-                      "kwargs": {**kwargs, "data": str(kwargs["data"]), "workers": workers}})
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    procs = []
-    try:
-        for w in range(workers):
-            procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, str(w)], stdin=subprocess.PIPE, env=env, text=True))
-            procs[-1].stdin.write(job)
-            procs[-1].stdin.close()
-        codes = [p.wait() for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-    if any(codes):
-        raise SpecvizError(f"a data-generation worker failed (exit codes {codes}); rerun the same command to resume")
 
 
 def read_feature_samples(data: Path, name: str) -> list[dict]:
@@ -250,6 +205,9 @@ def collate_features(items: list[dict]):
 
 
 REG_WEIGHT = 1.0  # feature regression (smooth L1) next to the soft cross-entropy
+# Training adds uniform noise of this half-width to the input features (EAGLE's augmentation): from
+# the second draft token on, the draft reads its own predictions, which are never exact.
+FEATURE_NOISE = 0.2
 
 
 def feature_loss(draft, batch, autocast: bool):
@@ -257,6 +215,8 @@ def feature_loss(draft, batch, autocast: bool):
 
     device = draft.fc.weight.device
     ids, mask, fin, ftgt, rows, cols, idx, p, w, top1 = (x.to(device) for x in batch)
+    if draft.training and FEATURE_NOISE:
+        fin = fin.float() + (torch.rand(fin.shape, device=device) * 2 - 1) * FEATURE_NOISE
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         g = draft.model(inputs_embeds=fused_input(draft, ids, fin), attention_mask=mask).last_hidden_state  # [B, T, H]
         z = draft.lm_head.reduced(g[rows, cols])  # [N, n_map]
