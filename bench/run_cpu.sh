@@ -54,3 +54,13 @@ $PY bench/profile_step.py
 $PY bench/profile_step.py --lean
 echo "== exactness (fp32) with the distilled draft"
 $PY bench/exactness.py --max-new-tokens 32 --drafts ngram,default-bf16,$D
+echo "== feature draft (EAGLE-style): distil on this CPU (~50 min data + ~40 min training), then drafts side by side"
+FD=${FD:-/tmp/featdraft}
+$PY -m specviz distill --target default --out $FD --data ~/.cache/specviz/featdata --samples 5120 --val-samples 64 \
+  --max-new-tokens 128 --gen-batch-size 32 --gen-workers 2 --topk 32 --steps 2500 --batch-size 16 --lr 0.003 \
+  --weight-decay 0.05 --vocab 8192 --kind feature --layers 1 --init-layers random --seed 0 --eval-every 250 \
+  --eval-prompts 16 --eval-max-new-tokens 64 --eval-ks 1,2,3,4 --cost-rounds 3 --cost-prefix-len 128 --threads 2 \
+  --device cpu --dtype bfloat16
+$PY bench/drafts.py --batch-size 1 --rounds 3 --arms token:$D:2,feature:$FD:2,feature:$FD:3 --peer $D:4
+$PY bench/drafts.py --batch-size 8 --rounds 3 --arms token:$D:1,feature:$FD:1,feature:$FD:2
+$PY bench/exactness.py --max-new-tokens 32 --drafts $FD

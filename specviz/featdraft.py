@@ -10,8 +10,14 @@ already encodes almost everything the target "knows" about the text; the draft h
     one decoder layer      g_p = norm(layer(u_p | earlier slots))      (its own KV cache)
     prediction             g_p ~ f_p, so logits_p = lm_head(g_p) predict x_{p+1}
 
-The target's embedding and output layer are shared (frozen, never stored); the output layer is
-restricted to a vocabulary map, as for the token draft (``specviz.distill.MappedHead``).
+The draft shares the target's embedding (frozen, never stored). Its output layer is the target's
+own output rows for a vocabulary map (``specviz.distill.MappedHead``, as the token draft's), kept
+frozen: the draft predicts the target's features, so the target's projection reads them.
+
+Training (``feature_loss``): soft cross-entropy to the target's top-k distribution plus smooth-L1
+regression of g to f, with uniform noise on the input features (EAGLE), over two passes: the
+teacher-forced one, and the second draft step, where each slot reads the draft's own first guess
+and attends to the first pass's slots before it (HASS, Zhang et al. 2024).
 
 Drafting (``specviz.drafts.FeatureDraft``): the target's verify computes f for every slot it
 verifies, so after each step the draft is fed the emitted tokens with their *true* previous
@@ -31,7 +37,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 
 
 # =============================================================================================
@@ -127,9 +132,6 @@ def read_feature_samples(data: Path, name: str) -> list[dict]:
 # =============================================================================================
 # The draft: fc + one llama layer + final norm, sharing the target's embedding and output rows
 
-KIND = "feature"  # specviz_draft.json "kind" (a token draft has none)
-
-
 def build_feature_draft(target_model, vocab_map: list[int], init_layer: int | None = None):
     """A one-layer LlamaForCausalLM with ``fc`` (2H -> H, no bias) for the fused input, the target's
     (frozen) embedding and final norm, and a MappedHead holding the target's output rows for the map
@@ -210,6 +212,51 @@ REG_WEIGHT = 1.0  # feature regression (smooth L1) next to the soft cross-entrop
 FEATURE_NOISE = 0.2
 
 
+TRAIN_STEPS = 2  # 1: teacher-forced only; 2: also the second draft step, on the draft's own first guess
+
+
+def train_forward(draft, u: torch.Tensor, mask: torch.Tensor, prev_kv=None):
+    """The draft's layer and final norm over right-padded inputs u [B, T, H] (mask [B, T]), with
+    autograd: (g [B, T, H], (keys, values) per query head).
+
+    prev_kv None: causal attention, the same function as the model's own forward. With
+    ``prev_kv`` from that first pass, the query at slot p sees the first pass's keys at slots < p
+    and its own: the second draft step, where the cache holds true-feature slots and the newest
+    slot was fed the draft's guess (as HASS trains it, Zhang et al. 2024).
+    """
+    import torch.nn.functional as F
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    inner = draft.model
+    layer = inner.layers[0]
+    attn = layer.self_attn
+    B, T, _ = u.shape
+    cos, sin = inner.rotary_emb(u, torch.arange(T, device=u.device).unsqueeze(0).expand(B, T))
+    x = layer.input_layernorm(u)
+    shape = (B, T, -1, attn.head_dim)
+    q = attn.q_proj(x).view(shape).transpose(1, 2)  # [B, nh, T, d]
+    k = attn.k_proj(x).view(shape).transpose(1, 2)  # [B, nkv, T, d]
+    v = attn.v_proj(x).view(shape).transpose(1, 2)
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    slot = torch.arange(T, device=u.device)
+    key_ok = mask.bool()[:, None, None, :]  # [B, 1, 1, T]
+    if prev_kv is None:
+        allowed = (slot[None, :] <= slot[:, None]) & key_ok  # causal
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=attn.scaling)
+    else:
+        k1, v1 = prev_kv
+        allowed = (slot[None, :] < slot[:, None]) & key_ok  # strictly earlier first-pass slots
+        s_prev = torch.matmul(q, k1.transpose(-1, -2)).float() * attn.scaling
+        s_self = (q * k).sum(-1, keepdim=True).float() * attn.scaling
+        probs = torch.softmax(torch.cat([s_prev.masked_fill(~allowed, float("-inf")), s_self], dim=-1), dim=-1)
+        o = torch.matmul(probs[..., :T].to(v1.dtype), v1) + probs[..., T:].to(v.dtype) * v
+    h = u + attn.o_proj(o.transpose(1, 2).reshape(B, T, -1))
+    h = h + layer.mlp(layer.post_attention_layernorm(h))
+    return inner.norm(h), (k, v)
+
+
 def feature_loss(draft, batch, autocast: bool):
     from .distill import soft_ce
 
@@ -217,10 +264,19 @@ def feature_loss(draft, batch, autocast: bool):
     ids, mask, fin, ftgt, rows, cols, idx, p, w, top1 = (x.to(device) for x in batch)
     if draft.training and FEATURE_NOISE:
         fin = fin.float() + (torch.rand(fin.shape, device=device) * 2 - 1) * FEATURE_NOISE
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        g = draft.model(inputs_embeds=fused_input(draft, ids, fin), attention_mask=mask).last_hidden_state  # [B, T, H]
-        z = draft.lm_head.reduced(g[rows, cols])  # [N, n_map]
-    ce, agree, count = soft_ce(z, idx, p, w, top1)
     m = mask.bool()
-    reg = torch.nn.functional.smooth_l1_loss(g[m].float(), ftgt[m].float())
-    return ce + REG_WEIGHT * reg, agree, count
+
+    def step_loss(g):
+        z = draft.lm_head.reduced(g[rows, cols])  # [N, n_map] only labelled positions
+        ce, agree, count = soft_ce(z, idx, p, w, top1)
+        reg = torch.nn.functional.smooth_l1_loss(g[m].float(), ftgt[m].float())
+        return ce + REG_WEIGHT * reg, agree, count
+
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        g1, kv1 = train_forward(draft, fused_input(draft, ids, fin), mask)
+        loss, agree, count = step_loss(g1)
+        if TRAIN_STEPS >= 2 and draft.training:
+            guess = torch.cat([fin[:, :1].to(g1.dtype), g1[:, :-1].detach()], dim=1)  # slot p reads g1 at p-1
+            g2, _ = train_forward(draft, fused_input(draft, ids, guess), mask, prev_kv=kv1)
+            loss = (loss + step_loss(g2)[0]) / 2
+    return loss, agree, count

@@ -197,3 +197,16 @@ def test_feature_draft_command_trains_saves_and_loads_as_a_feature_draft(feature
     assert [r.output for r in spec.rows] == [r.output for r in regular.rows]  # greedy exactness in fp32
     proposed = [t for s in steps for r in s["rows"] for t in r["draft_tokens"]]
     assert proposed and set(proposed) <= vmap
+
+
+def test_bench_says_transformers_cannot_run_a_feature_draft_and_takes_a_peer_draft(feature_distilled, capsys):
+    from specviz.cli import main
+
+    common = ["bench", "--prompt", "List three uses of salt.", "--max-new-tokens", "4", "--repeats", "1",
+              "--dtype", "float32", "--draft", str(feature_distilled[0]), "--draft-length", "2"]
+    assert main(common) == 0
+    out = capsys.readouterr()
+    assert "no transformers peer" in out.err and "transformers generate peer" not in out.out
+    assert main([*common, "--peer-draft", "ngram"]) == 0
+    out = capsys.readouterr().out
+    assert "transformers generate peer" in out and "its draft: ngram" in out and "ours vs peer" in out

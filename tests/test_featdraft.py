@@ -119,3 +119,38 @@ def test_feature_data_lines_up_features_tokens_and_labels(target, tmp_path, monk
         assert s["topk_ids"][:, 0].tolist() == s["output_ids"]
     t = feature_tensors(samples, list(range(VOCAB)), VOCAB)[0]
     assert len(t["ids"]) == len(t["fin"]) == len(t["ftgt"]) and t["first"] + len(t["p"]) == len(t["ids"])
+
+
+def test_training_forward_is_the_models_forward(target):
+    """The first pass of featdraft.train_forward (what training differentiates) is exactly the
+    function the draft computes at run time (the model's own forward)."""
+    from specviz.featdraft import train_forward
+
+    draft = feature_draft(target).model
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(3, 9, draft.config.hidden_size, generator=g)
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, 6:] = 0  # right padding
+    with torch.no_grad():
+        got, _ = train_forward(draft, u, mask)
+        want = draft.model(inputs_embeds=u, attention_mask=mask).last_hidden_state
+    ok = mask.bool()
+    torch.testing.assert_close(got[ok], want[ok], rtol=1e-4, atol=1e-5)
+
+
+def test_second_pass_sees_first_pass_slots_before_it_and_itself(target):
+    """Slot p of the second pass = the model's forward over [first-pass slots < p] + [its own input]."""
+    from specviz.featdraft import train_forward
+
+    draft = feature_draft(target).model
+    g = torch.Generator().manual_seed(1)
+    u1 = torch.randn(1, 6, draft.config.hidden_size, generator=g)
+    u2 = torch.randn(1, 6, draft.config.hidden_size, generator=g)
+    mask = torch.ones(1, 6, dtype=torch.long)
+    with torch.no_grad():
+        _, kv1 = train_forward(draft, u1, mask)
+        g2, _ = train_forward(draft, u2, mask, prev_kv=kv1)
+        for p in range(6):
+            seq = torch.cat([u1[:, :p], u2[:, p:p + 1]], dim=1)
+            want = draft.model(inputs_embeds=seq).last_hidden_state[0, -1]
+            torch.testing.assert_close(g2[0, p], want, rtol=1e-4, atol=1e-5)
