@@ -61,7 +61,7 @@ def main() -> int:
             if a.device == "cuda":
                 torch.cuda.synchronize()
             t = time.perf_counter()
-            rows, labels = _decode_batch(target, [""] * b, ids, 0.8, a.new_tokens, 32, seed=rep)
+            rows, labels, _ = _decode_batch(target, [""] * b, ids, 0.8, a.new_tokens, 32, seed=rep)
             if a.device == "cuda":
                 torch.cuda.synchronize()
             dt = time.perf_counter() - t

@@ -233,60 +233,90 @@ class _TopkRecorder:
         return accept_reference(logits, drafts, n, u, params, q)
 
 
-def _decode_batch(target, prompts, ids, temperature: float, max_new: int, topk: int, seed: int):
+def _decode_batch(target, prompts, ids, temperature: float, max_new: int, topk: int, seed: int, features: bool = False):
+    """Regular decoding of one batch: (rows, per-row [(top-k ids, top-k logits)] per output token,
+    per-row features [P + n - 1, H] (the target's final-norm output at every fed position) or None)."""
     from .controllers import Fixed
     from .engine import SpecDecoder
     from .sampling import SamplingParams
 
     rec = _TopkRecorder(topk)
     dec = SpecDecoder(target, None, Fixed(0), prompts, ids, SamplingParams(temperature=temperature), max_new, seed,
-                      accept_fn=rec)
+                      accept_fn=rec, keep_hidden=features)
     labels = [[] for _ in prompts]
-    for step in dec.steps():
+    feats = [[] for _ in prompts] if features else None
+    for s, step in enumerate(dec.steps()):
         active = [r for r in step["rows"] if r["active"]]  # same order as the recorder's rows
+        if features:
+            if s == 0 and dec.prefill_hidden is not None:  # f_0 .. f_{P-2}: the prompt but its last token
+                for i in range(len(prompts)):
+                    feats[i].append(dec.prefill_hidden[i][dec.prefill_valid[i]].cpu())
+            h = dec.verify_hidden[:, 0].cpu()  # [B_active, H]: the feature of the token each row fed
         for j, r in enumerate(active):
+            if features:
+                feats[r["index"]].append(h[j:j + 1])
             if r["emitted"]:
                 labels[r["index"]].append((rec.last[0][j], rec.last[1][j]))
-    return dec.rows, labels
+    if features:
+        feats = [torch.cat(f) for f in feats]
+        for f, r in zip(feats, dec.rows):  # the row fed its prompt and all outputs but the last
+            assert f.shape[0] == len(r.prompt_ids) + len(r.output) - 1, (f.shape, len(r.prompt_ids), len(r.output))
+    return dec.rows, labels, feats
 
 
-def generate_data(target, prompts: list[str], data: Path, name: str, max_new: int, batch_size: int, topk: int,
-                  seed: int, greedy_every: int = 2, deadline: float | None = None, worker: int = 0, workers: int = 1,
-                  desc: str = "data") -> None:
-    """Answer ``prompts`` with the target into ``data/name-<worker>.jsonl``, skipping samples any
-    ``name-*.jsonl`` shard already holds. Worker w of W takes batches j = w (mod W).
+def prompt_batches(n: int, batch_size: int) -> list[list[int]]:
+    """Prompt indices per data-generation batch j (its seed and greedy/sampled choice follow j)."""
+    return [list(range(j, min(n, j + batch_size))) for j in range(0, n, batch_size)]
+
+
+def answer_batches(target, prompts: list[str], todo, max_new: int, topk: int, seed: int, greedy_every: int = 2,
+                   deadline: float | None = None, worker: int = 0, workers: int = 1, desc: str = "data",
+                   features: bool = False):
+    """Decode each (j, indices) of ``todo``; yields (j, indices, temperature, rows, labels, feats).
 
     Batch j is greedy when j % greedy_every == 0, else sampled at SAMPLE_TEMPERATURE; its seed
     is seed*1000 + j, so a resumed run writes what an uninterrupted one would (same batch size).
     Stops before a batch that would end after ``deadline`` (time.time() seconds), judged by the
-    previous batch's duration.
+    previous batch's duration (including what the caller did with it).
     """
     from tqdm import tqdm
 
     from .runner import encode_prompts
 
-    done = {(s["sample"], s["prompt"]) for s in read_samples(sorted(data.glob(f"{name}-*.jsonl")))}
-    batches = [list(range(j, min(len(prompts), j + batch_size))) for j in range(0, len(prompts), batch_size)]
-    todo = [(j, idx) for j, idx in enumerate(batches)
-            if j % workers == worker and any((i, prompts[i]) not in done for i in idx)]
-    if not todo:
-        return
     label = desc if workers == 1 else f"{desc} (1 of {workers} workers)"
     bar = tqdm(total=sum(len(idx) for _, idx in todo) * max_new, desc=label, unit="tok", file=sys.stderr,
                smoothing=0.1, mininterval=2, disable=worker > 0)  # one bar: worker 0's share
     last_s = 0.0
+    for j, idx in todo:
+        t = time.time()
+        if deadline is not None and t + last_s > deadline:
+            if worker == 0:
+                _log(f"{desc}: generation budget reached")
+            break
+        batch = [prompts[i] for i in idx]
+        temperature = 0.0 if j % greedy_every == 0 else SAMPLE_TEMPERATURE
+        rows, labels, feats = _decode_batch(target, batch, encode_prompts(target.tokenizer, batch), temperature,
+                                            max_new, topk, seed * 1000 + j, features)
+        bar.update(len(idx) * max_new)
+        yield j, idx, temperature, rows, labels, feats
+        last_s = time.time() - t
+    bar.close()
+
+
+def generate_data(target, prompts: list[str], data: Path, name: str, max_new: int, batch_size: int, topk: int,
+                  seed: int, worker: int = 0, workers: int = 1, **kwargs) -> None:
+    """Answer ``prompts`` with the target into ``data/name-<worker>.jsonl``, skipping samples any
+    ``name-*.jsonl`` shard already holds. Worker w of W takes batches j = w (mod W); the rest of
+    ``kwargs`` (greedy_every, deadline, desc) go to :func:`answer_batches`.
+    """
+    done = {(s["sample"], s["prompt"]) for s in read_samples(sorted(data.glob(f"{name}-*.jsonl")))}
+    todo = [(j, idx) for j, idx in enumerate(prompt_batches(len(prompts), batch_size))
+            if j % workers == worker and any((i, prompts[i]) not in done for i in idx)]
+    if not todo:
+        return
     with open(data / f"{name}-{worker}.jsonl", "a") as f:
-        for j, idx in todo:
-            t = time.time()
-            if deadline is not None and t + last_s > deadline:
-                if worker == 0:
-                    _log(f"{desc}: generation budget reached")
-                break
-            batch = [prompts[i] for i in idx]
-            temperature = 0.0 if j % greedy_every == 0 else SAMPLE_TEMPERATURE
-            rows, labels = _decode_batch(target, batch, encode_prompts(target.tokenizer, batch), temperature,
-                                         max_new, topk, seed * 1000 + j)
-            bar.update(len(idx) * max_new)
+        for _, idx, temperature, rows, labels, _ in answer_batches(target, prompts, todo, max_new, topk, seed,
+                                                                    worker=worker, workers=workers, **kwargs):
             for i, r, lab in zip(idx, rows, labels):
                 if (i, prompts[i]) in done:
                     continue
@@ -296,8 +326,6 @@ def generate_data(target, prompts: list[str], data: Path, name: str, max_new: in
                        "topk_logits": _enc(np.stack([b for _, b in lab]))}
                 f.write(json.dumps(rec) + "\n")
             f.flush()
-            last_s = time.time() - t
-    bar.close()
 
 
 def _gen_worker(job: dict, worker: int) -> None:

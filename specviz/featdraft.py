@@ -31,8 +31,6 @@ logits at each output position. Shards are ``torch.save`` files, one per batch, 
 from __future__ import annotations
 
 import os
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -43,80 +41,29 @@ import torch
 # Data: the target's outputs, top-k logits and features
 
 
-def _decode_with_features(target, prompts, ids, temperature: float, max_new: int, topk: int, seed: int):
-    from .controllers import Fixed
-    from .distill import _TopkRecorder
-    from .engine import SpecDecoder
-    from .sampling import SamplingParams
-
-    rec = _TopkRecorder(topk)
-    dec = SpecDecoder(target, None, Fixed(0), prompts, ids, SamplingParams(temperature=temperature), max_new, seed,
-                      accept_fn=rec, keep_hidden=True)
-    feats = [[] for _ in prompts]
-    labels = [[] for _ in prompts]
-    for s, step in enumerate(dec.steps()):
-        if s == 0 and dec.prefill_hidden is not None:  # f_0 .. f_{P-2}: the prompt but its last token
-            for i in range(len(prompts)):
-                feats[i].append(dec.prefill_hidden[i][dec.prefill_valid[i]].cpu())
-        active = [r for r in step["rows"] if r["active"]]  # the verify's row order
-        h = dec.verify_hidden[:, 0].cpu()  # [B_active, H]: the feature of the token each row fed
-        for j, r in enumerate(active):
-            feats[r["index"]].append(h[j:j + 1])
-            if r["emitted"]:
-                labels[r["index"]].append((rec.last[0][j], rec.last[1][j]))
-    samples = []
-    for i, r in enumerate(dec.rows):
-        f = torch.cat(feats[i]).to(torch.bfloat16)
-        n = len(r.output)
-        # the row fed its prompt and all outputs but the last: P + n - 1 features
-        assert f.shape[0] == len(r.prompt_ids) + n - 1, (f.shape, len(r.prompt_ids), n)
-        samples.append({"prompt": r.prompt, "temperature": temperature, "prompt_ids": r.prompt_ids,
-                        "output_ids": r.output, "finish_reason": r.finish_reason, "features": f,
-                        "topk_ids": torch.as_tensor(np.stack([a for a, _ in labels[i]]).astype(np.int32)),
-                        "topk_logits": torch.as_tensor(np.stack([b for _, b in labels[i]]))})
-    return samples
-
-
 def generate_feature_data(target, prompts: list[str], data: Path, name: str, max_new: int, batch_size: int, topk: int,
-                          seed: int, greedy_every: int = 2, deadline: float | None = None, worker: int = 0,
-                          workers: int = 1, desc: str = "data") -> None:
-    """Answer ``prompts`` in batches into ``data/name-<batch>.pt``; batches already there are skipped.
-
-    Batch j goes to worker j % workers, is greedy when j % greedy_every == 0 (else sampled at
-    distill.SAMPLE_TEMPERATURE) and is seeded seed*1000 + j, so a resumed run writes what an
-    uninterrupted one would. Stops before a batch that would end after ``deadline`` (time.time()).
-    """
-    from tqdm import tqdm
-
-    from .distill import SAMPLE_TEMPERATURE, _log
-    from .runner import encode_prompts
+                          seed: int, worker: int = 0, workers: int = 1, **kwargs) -> None:
+    """Answer ``prompts`` in batches into ``data/name-<batch>.pt`` with their features; batches
+    already there are skipped. Batches, seeds, greedy/sampled and the deadline are
+    ``distill.answer_batches``'s (``kwargs``: greedy_every, deadline, desc)."""
+    from .distill import answer_batches, prompt_batches
 
     data.mkdir(parents=True, exist_ok=True)
-    batches = [list(range(j, min(len(prompts), j + batch_size))) for j in range(0, len(prompts), batch_size)]
-    todo = [(j, idx) for j, idx in enumerate(batches) if j % workers == worker and not (data / f"{name}-{j:05d}.pt").exists()]
+    shard = lambda j: data / f"{name}-{j:05d}.pt"  # noqa: E731
+    todo = [(j, idx) for j, idx in enumerate(prompt_batches(len(prompts), batch_size))
+            if j % workers == worker and not shard(j).exists()]
     if not todo:
         return
-    label = desc if workers == 1 else f"{desc} (1 of {workers} workers)"
-    bar = tqdm(total=len(todo), desc=label, unit="batch", file=sys.stderr, mininterval=5, disable=worker > 0)
-    last_s = 0.0
-    for j, idx in todo:
-        t = time.time()
-        if deadline is not None and t + last_s > deadline:
-            if worker == 0:
-                _log(f"{desc}: generation budget reached")
-            break
-        batch = [prompts[i] for i in idx]
-        temperature = 0.0 if j % greedy_every == 0 else SAMPLE_TEMPERATURE
-        samples = _decode_with_features(target, batch, encode_prompts(target.tokenizer, batch), temperature, max_new,
-                                        topk, seed * 1000 + j)
-        for i, s in zip(idx, samples):
-            s["sample"] = i
+    for j, idx, temperature, rows, labels, feats in answer_batches(target, prompts, todo, max_new, topk, seed,
+                                                                   worker=worker, workers=workers, features=True, **kwargs):
+        samples = [{"sample": i, "prompt": r.prompt, "temperature": temperature, "prompt_ids": r.prompt_ids,
+                    "output_ids": r.output, "finish_reason": r.finish_reason, "features": f.to(torch.bfloat16),
+                    "topk_ids": torch.as_tensor(np.stack([a for a, _ in lab]).astype(np.int32)),
+                    "topk_logits": torch.as_tensor(np.stack([b for _, b in lab]))}
+                   for i, r, lab, f in zip(idx, rows, labels, feats)]
         tmp = data / f".{name}-{j:05d}.pt.tmp"
         torch.save(samples, tmp)
-        os.replace(tmp, data / f"{name}-{j:05d}.pt")  # a shard is there whole or not at all
-        bar.update(1)
-        last_s = time.time() - t
-    bar.close()
+        os.replace(tmp, shard(j))  # a shard is there whole or not at all
 
 
 def read_feature_samples(data: Path, name: str) -> list[dict]:
