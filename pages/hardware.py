@@ -5,18 +5,13 @@ import importlib.util
 import streamlit as st
 import torch
 
-from specviz import appstate, charts
+from specviz import appstate, charts, telemetry
 from specviz.models import SpecvizError, resolve_device, resolve_dtype
 from specviz.runner import hardware_info
 
 appstate.init_state()
 st.title("Hardware")
 appstate.run_banner()
-
-try:
-    from specviz import telemetry
-except Exception:  # being written by a colleague: every section below degrades
-    telemetry = None
 
 v = appstate.sidebar_values(st.session_state)
 try:
@@ -37,38 +32,33 @@ trace = appstate.current_trace()
 if trace is None:
     st.info("no run yet: press Run on the Live page (or load a trace there)")
 else:
-    labels = getattr(telemetry, "UTIL_LABELS", {}) if telemetry else {}
-    st.plotly_chart(charts.utilization(trace, labels), key="hw_utilization")
+    st.plotly_chart(charts.utilization(trace, telemetry.UTIL_LABELS), key="hw_utilization")
     st.caption("NVML utilization is kernel-busy % (a kernel ran during the sample window), not throughput.")
 
 # ---- peaks, MBU / MFU ----------------------------------------------------------------------------
 st.subheader("Peaks and utilization ratios")
-peaks = None
-if telemetry is None:
-    st.info("not calibrated yet: the telemetry module is not available")
-else:
-    peaks = telemetry.cached_peaks(device)
-    if peaks is None:
-        st.info("not calibrated yet: peak bandwidth and FLOP/s have not been measured on this device")
-    if st.button("Measure peaks (about 1 s)", key="measure_peaks"):
-        with st.spinner("measuring a large copy and a matmul…"):
-            with appstate.model_lock():
-                peaks = telemetry.measure_peaks(device)
-    if peaks:
-        c1, c2 = st.columns(2)
-        c1.metric("peak bandwidth", f"{peaks['peak_bytes_per_s'] / 1e9:.1f} GB/s")
-        c2.metric("peak matmul", f"{peaks['peak_flops'] / 1e12:.2f} TFLOP/s")
-        target = appstate.loaded_target()
-        steps = [s for s in (trace or {}).get("steps", []) if s.get("t_verify")]
-        if target is not None and steps:
-            t_verify = sum(s["t_verify"] for s in steps) / len(steps)
-            kv = sum(s.get("kv_bytes", 0) for s in steps) / len(steps)
-            tokens = sum(s.get("batch_size", 1) * (s["k"] + 1) for s in steps) / len(steps)
-            mbu = telemetry.mbu(target.weight_bytes, kv, t_verify, peaks["peak_bytes_per_s"])
-            mfu = telemetry.mfu(telemetry.forward_flops(target.num_params, int(tokens)), t_verify, peaks["peak_flops"])
-            c1.metric("MBU of the verify forward", f"{100 * mbu:.1f}%",
-                      help="(weights + KV bytes read once per forward) / forward time / peak bandwidth")
-            c2.metric("MFU of the verify forward", f"{100 * mfu:.2f}%", help="2 x params FLOPs per token processed")
+peaks = telemetry.cached_peaks(device)
+if peaks is None:
+    st.info("not calibrated yet: peak bandwidth and FLOP/s have not been measured on this device")
+if st.button("Measure peaks (about 1 s)", key="measure_peaks"):
+    with st.spinner("measuring a large copy and a matmul…"):
+        with appstate.model_lock():
+            peaks = telemetry.measure_peaks(device)
+if peaks:
+    c1, c2 = st.columns(2)
+    c1.metric("peak bandwidth", f"{peaks['peak_bytes_per_s'] / 1e9:.1f} GB/s")
+    c2.metric("peak matmul", f"{peaks['peak_flops'] / 1e12:.2f} TFLOP/s")
+    target = appstate.loaded_target()
+    steps = [s for s in (trace or {}).get("steps", []) if s.get("t_verify")]
+    if target is not None and steps:
+        t_verify = sum(s["t_verify"] for s in steps) / len(steps)
+        kv = sum(s.get("kv_bytes", 0) for s in steps) / len(steps)
+        tokens = sum(s.get("batch_size", 1) * (s["k"] + 1) for s in steps) / len(steps)
+        mbu = telemetry.mbu(target.weight_bytes, kv, t_verify, peaks["peak_bytes_per_s"])
+        mfu = telemetry.mfu(telemetry.forward_flops(target.num_params, int(tokens)), t_verify, peaks["peak_flops"])
+        c1.metric("MBU of the verify forward", f"{100 * mbu:.1f}%",
+                  help="(weights + KV bytes read once per forward) / forward time / peak bandwidth")
+        c2.metric("MFU of the verify forward", f"{100 * mfu:.2f}%", help="2 x params FLOPs per token processed")
 
 st.subheader("Cost-model calibration")
 costs = appstate.load_calibration()

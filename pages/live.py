@@ -14,13 +14,9 @@ import streamlit as st
 
 from specviz import appstate, charts, promptsets
 from specviz.models import SpecvizError
+from specviz.controllers import CONTROLLERS, COST_AWARE
 from specviz.runner import RunConfig
 from specviz.trace import load_json, to_chrome_trace, to_tables
-
-try:
-    from specviz.controllers import CONTROLLERS, COST_AWARE
-except Exception:  # the controllers module is being written: fixed k only
-    CONTROLLERS, COST_AWARE = {"fixed": None}, ()
 
 DRAW_BUDGET = 0.05  # drawing may take at most this share of the redraw interval (it shares the CPU and the GIL)
 
