@@ -10,9 +10,10 @@ to regular decoding's.
         --arms token:specviz/assets/draft-SmolLM2-135M-Instruct:2,feature:DIR:3 \
         --peer specviz/assets/draft-SmolLM2-135M-Instruct:4
 
-An arm is LABEL:DRAFT_SPEC:K. ``--peer SPEC:K`` adds transformers' generate(assistant_model=...)
-with that token draft, k tokens per round and transformers' default confidence threshold (0.4)
-(B = 1 only; transformers cannot run a feature draft).
+An arm is LABEL:DRAFT_SPEC:K. ``--peer SPEC:K[,SPEC:K...]`` adds transformers'
+generate(assistant_model=...) with that token draft, k tokens per round and transformers' default
+confidence threshold (0.4), one arm per item, so the peer gets its best k too (B = 1 only;
+transformers cannot run a feature draft).
 """
 
 import argparse
@@ -45,7 +46,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--arms", required=True, help="LABEL:DRAFT_SPEC:K,...")
-    ap.add_argument("--peer", help="SPEC:K for transformers' assisted generate (B = 1)")
+    ap.add_argument("--peer", help="SPEC:K[,SPEC:K...] for transformers' assisted generate (B = 1)")
     a = ap.parse_args()
 
     base = RunConfig(prompts=read_prompts(a.prompts), batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
@@ -57,19 +58,20 @@ def main() -> None:
     for label, spec, k in parse_arms(a.arms):
         proposers.setdefault(spec, make_proposer(spec, target))
         arms.append((label, dataclasses.replace(base, draft=spec, draft_length=k), proposers[spec]))
-    peer = None
-    if a.peer and a.batch_size == 1:
-        spec, k = a.peer.rsplit(":", 1)
-        peer = (make_proposer(spec, target), dataclasses.replace(base, draft_length=int(k)))
-        peer_label = f"transformers assisted generate ({os.path.basename(spec.rstrip('/'))} k={k})"
+    peers = {}  # label -> (proposer, config)
+    for item in filter(None, (x.strip() for x in (a.peer or "").split(","))) if a.batch_size == 1 else ():
+        spec, k = item.rsplit(":", 1)
+        proposers.setdefault(spec, make_proposer(spec, target))
+        label = f"transformers assisted generate ({os.path.basename(spec.rstrip('/'))} k={k})"
+        peers[label] = (proposers[spec], dataclasses.replace(base, draft_length=int(k)))
     print(f"target {target.name} ({target.dtype}, {target.device}); B={a.batch_size}; {len(base.prompts)} prompts, "
           f"{a.max_new_tokens} new tokens; rounds {a.rounds}; torch threads {__import__('torch').get_num_threads()}",
           flush=True)
     for label, cfg, prop in arms:  # warm-up: every arm's shapes once
         run(dataclasses.replace(cfg, prompts=cfg.prompts[: a.batch_size], max_new_tokens=8), target, prop, telemetry=False)
-    if peer:
-        _peer_generate(target, peer[0], dataclasses.replace(peer[1], prompts=base.prompts[:1], max_new_tokens=8))
-    labels = [lbl for lbl, _, _ in arms] + ([peer_label] if peer else [])
+    for prop, cfg in peers.values():
+        _peer_generate(target, prop, dataclasses.replace(cfg, prompts=base.prompts[:1], max_new_tokens=8))
+    labels = [lbl for lbl, _, _ in arms] + list(peers)
     results = {lbl: {"tok_s": [], "ratio": [], "acc": [], "same": []} for lbl in labels}
     regular_out = None
     for r in range(a.rounds):
@@ -78,8 +80,8 @@ def main() -> None:
         got = {}
         for i in order:
             lbl = labels[i]
-            if i == len(arms):  # the peer
-                got[lbl] = _peer_generate(target, peer[0], peer[1])
+            if lbl in peers:
+                got[lbl] = _peer_generate(target, *peers[lbl])
                 continue
             _, cfg, prop = arms[i]
             traces = [run(c, target, prop, telemetry=False) for c in cfg.every_prompt()]
