@@ -88,6 +88,24 @@ def test_default_draft_is_the_shipped_one_for_a_bf16_default_target():
         assert int(logits.argmax()) in vocab_map
 
 
+def test_shipped_draft_records_the_seeded_command_that_makes_it():
+    """Issue 5: the shipped weights come from their recorded command, seeded and ended by --steps
+    (no time budget anywhere), and the README names the exact file it describes."""
+    import hashlib
+    import json
+
+    from specviz.runner import DEFAULT_DRAFT_DIR
+
+    report = json.loads((DEFAULT_DRAFT_DIR / "report.json").read_text())
+    assert report["training"]["stopped_by"] == "steps" and report["training"]["reproducible"]
+    assert report["args"]["time_budget_min"] is None and report["args"]["gen_budget_min"] is None
+    assert report["args"]["seed"] == 0 and report["command"].startswith("python -m specviz distill ")
+    readme = (DEFAULT_DRAFT_DIR / "README.md").read_text()
+    one_line = " ".join(readme.replace("\\\n", " ").split())  # shell line continuations joined
+    assert one_line.count(report["command"].removeprefix("python ")) == 1
+    assert hashlib.sha256((DEFAULT_DRAFT_DIR / "model.safetensors").read_bytes()).hexdigest() in readme
+
+
 def test_incompatible_tokenizers_are_refused(target):
     from transformers import AutoTokenizer
 
