@@ -54,6 +54,16 @@ $PY bench/profile_step.py
 $PY bench/profile_step.py --lean
 echo "== exactness (fp32) with the distilled draft"
 $PY bench/exactness.py --max-new-tokens 32 --drafts ngram,default-bf16,$D
+echo "== the shipped draft: its seeded command (~90 min on this CPU), the reproducibility check, old vs new"
+CD=${CD:-/tmp/cpudraft}
+$PY -m specviz distill --target default --out $CD --data ~/.cache/specviz/tokdata --samples 6144 --val-samples 64 \
+  --max-new-tokens 128 --gen-batch-size 32 --gen-workers 2 --topk 32 --steps 1500 --batch-size 32 --lr 0.003 \
+  --weight-decay 0.05 --vocab 8192 --kind token --layers 2 --init-layers first --seed 0 --eval-every 250 \
+  --eval-prompts 16 --eval-max-new-tokens 64 --eval-ks 1,2,3 --cost-rounds 3 --cost-prefix-len 128 --threads 2 \
+  --device cpu --dtype bfloat16
+cmp $CD/model.safetensors $D/model.safetensors && echo "same bytes as the shipped draft"
+$PY bench/reproduce_data.py --draft $D --data ~/.cache/specviz/tokdata --batches 4
+$PY bench/drafts.py --batch-size 1 --rounds 4 --arms shipped:$D:1,shipped:$D:2 --peer $D:1,$D:2,$D:4
 echo "== feature draft (EAGLE-style): distil on this CPU (~50 min data + ~40 min training), then drafts side by side"
 FD=${FD:-/tmp/featdraft}
 $PY -m specviz distill --target default --out $FD --data ~/.cache/specviz/featdata --samples 5120 --val-samples 64 \
