@@ -36,10 +36,14 @@ def main() -> int:
     args = json.loads((Path(a.draft) / "report.json").read_text())["args"]
     if args.get("gen_budget_min") is not None:
         print("this draft's data generation had a time budget: its shards depend on the machine's speed")
-    target = get_model(args["target"], args["device"], args["dtype"])
     n = min(args["samples"], a.batches * args["gen_batch_size"])
     prompts = training_prompts(args["samples"], args["seed"])[:n]
     stored = {s["sample"]: s for s in read_samples(sorted(Path(a.data).expanduser().glob("train-*.jsonl")))}
+    missing = [i for i in range(n) if i not in stored]
+    if missing:
+        sys.exit(f"{a.data} lacks {len(missing)} of the first {n} training samples (first: {missing[0]}): "
+                 f"not this draft's data, or its generation did not finish")
+    target = get_model(args["target"], args["device"], args["dtype"])
     with tempfile.TemporaryDirectory() as d:
         generate_parallel(target, args["gen_workers"] or 1, data=Path(d), prompts=prompts, name="train",
                           max_new=args["max_new_tokens"], batch_size=args["gen_batch_size"], topk=args["topk"],
