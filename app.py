@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from specviz import appstate
-from specviz.models import SpecvizError
+from specviz.app import state as appstate
+from specviz.common import SpecvizError
 
 st.set_page_config(page_title="specviz", layout="wide", initial_sidebar_state="expanded")
 appstate.init_state()

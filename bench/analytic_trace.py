@@ -13,8 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz import analytic  # noqa: E402
-from specviz.runner import RunConfig, load_pair, make_decoder, read_prompts  # noqa: E402
+from specviz.analysis import analytic  # noqa: E402
+from specviz.run import RunConfig, load_pair, make_decoder, read_prompts  # noqa: E402
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from specviz.sampling import SamplingParams, Verdict, accept_reference, draft_q_at, final_distribution, sample_inverse_cdf  # noqa: E402
+from specviz.engine.sampling import SamplingParams, Verdict, accept_reference, draft_q_at, final_distribution, sample_inverse_cdf  # noqa: E402
 
 VOCABS = (32000, 50257, 128256, 256000)
 BATCHES = (1, 8, 64)

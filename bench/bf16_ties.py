@@ -18,9 +18,9 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from specviz.correctness import check_exactness, greedy_outputs  # noqa: E402
-from specviz.promptsets import CHAT  # noqa: E402
-from specviz.runner import DEFAULT_DRAFT_DIR, encode_prompts, get_model, make_proposer  # noqa: E402
+from specviz.measure.correctness import check_exactness, greedy_outputs  # noqa: E402
+from specviz.prompts.sets import CHAT  # noqa: E402
+from specviz.run import DEFAULT_DRAFT_DIR, encode_prompts, get_model, make_proposer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from exactness import PROMPTS  # noqa: E402

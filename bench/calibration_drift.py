@@ -2,7 +2,7 @@
 
 This machine's speed drifts by 10-40% over minutes, and the calibration is one measurement.
 The script re-times target forwards at (b, tokens) points of the cached grid with the same code
-(`specviz.calibrate.time_forward`) and prints cached fit, cached sample and now, side by side.
+(`specviz.measure.calibrate.time_forward`) and prints cached fit, cached sample and now, side by side.
 
     python bench/calibration_drift.py [--draft default] [--dtype bfloat16]
 """
@@ -14,8 +14,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz.calibrate import load_calibration, time_forward  # noqa: E402
-from specviz.runner import RunConfig, load_pair  # noqa: E402
+from specviz.measure.calibrate import load_calibration, time_forward  # noqa: E402
+from specviz.run import RunConfig, load_pair  # noqa: E402
 
 
 def main() -> None:

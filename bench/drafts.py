@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from interleave import acceptance_rate, add_common_args, engine_arm, interleaved  # noqa: E402
 
 from specviz.cli import _peer_generate  # noqa: E402
-from specviz.runner import RunConfig, get_model, make_proposer, read_prompts, run  # noqa: E402
+from specviz.run import RunConfig, get_model, make_proposer, read_prompts, run  # noqa: E402
 
 
 def parse_arms(text: str) -> list[tuple[str, str, int]]:

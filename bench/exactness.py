@@ -14,9 +14,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz.correctness import check_exactness, greedy_outputs  # noqa: E402
-from specviz.drafts import ModelDraft  # noqa: E402
-from specviz.runner import encode_prompts, get_model, make_proposer  # noqa: E402
+from specviz.measure.correctness import check_exactness, greedy_outputs  # noqa: E402
+from specviz.engine.proposers import ModelDraft  # noqa: E402
+from specviz.run import encode_prompts, get_model, make_proposer  # noqa: E402
 
 PROMPTS = [
     "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",

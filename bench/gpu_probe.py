@@ -19,8 +19,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from specviz.distill import _decode_batch  # noqa: E402
-from specviz.models import LoadedModel  # noqa: E402
+from specviz.distill.pipeline import _decode_batch  # noqa: E402
+from specviz.models.loading import LoadedModel  # noqa: E402
 
 
 class _Tok:
@@ -86,7 +86,7 @@ def time_train_step(target, batch: int, length: int, steps: int = 10) -> float:
     import numpy as np
     from torch import nn
 
-    from specviz.distill import _collate, _loss, _tensors, build_draft, draft_config
+    from specviz.distill.pipeline import _collate, _loss, _tensors, build_draft, draft_config
 
     vmap = list(range(8192))
     emb = nn.Embedding.from_pretrained(target.model.get_input_embeddings().weight.detach().float().clone(), freeze=True)

@@ -16,8 +16,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from specviz.promptsets import CHAT  # noqa: E402
-from specviz.runner import RunConfig, iter_run, load_pair, run  # noqa: E402
+from specviz.prompts.sets import CHAT  # noqa: E402
+from specviz.run import RunConfig, iter_run, load_pair, run  # noqa: E402
 
 
 def main() -> None:

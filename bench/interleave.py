@@ -12,7 +12,8 @@ from typing import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz.runner import run, tokens_per_s  # noqa: E402
+from specviz.analysis.trace import tokens_per_s  # noqa: E402
+from specviz.run import run  # noqa: E402
 
 # An arm: () -> (tokens/s, traces of our engine, or None for a peer outside it)
 Arm = Callable[[], tuple[float, list[dict] | None]]

@@ -14,8 +14,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz.ragged import RaggedCache, left_pad  # noqa: E402
-from specviz.runner import encode_prompts, get_model, read_prompts  # noqa: E402
+from specviz.engine.ragged import RaggedCache, left_pad  # noqa: E402
+from specviz.run import encode_prompts, get_model, read_prompts  # noqa: E402
 
 
 def step_logits(dtype: str, lean: str) -> torch.Tensor:

@@ -5,7 +5,7 @@ interval stretches so drawing takes <= 5% of it, as pages/live.py does).
 
     python bench/live_overhead.py [--repeats 3]
 
-This drives the app's own code paths (specviz.appstate.LiveRun, specviz.charts) in one
+This drives the app's own code paths (specviz.app.state.LiveRun, specviz.app.charts) in one
 process, without the browser: the server's websocket push is not included.
 """
 
@@ -21,9 +21,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from omp_threads import in_thread  # noqa: E402
-from specviz import appstate, charts  # noqa: E402
-from specviz.promptsets import CHAT  # noqa: E402
-from specviz.runner import RunConfig, load_pair, run  # noqa: E402
+from specviz.app import state as appstate, charts  # noqa: E402
+from specviz.prompts.sets import CHAT  # noqa: E402
+from specviz.run import RunConfig, load_pair, run  # noqa: E402
 
 
 DRAW_BUDGET = 0.05  # as pages/live.py: drawing takes at most this share of the redraw interval

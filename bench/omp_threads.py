@@ -49,8 +49,8 @@ def main() -> None:
     print(f"8x576 bf16 linear: fresh thread (no other team) {first:.1f} us, main thread {main_t:.1f} us, "
           f"fresh thread after the main thread ran torch {after:.1f} us")
 
-    from specviz.promptsets import CHAT
-    from specviz.runner import RunConfig, load_pair, run
+    from specviz.prompts.sets import CHAT
+    from specviz.run import RunConfig, load_pair, run
 
     cfg = RunConfig(prompts=list(CHAT), batch_size=8, draft_length=2, draft="default", max_new_tokens=64)
     target, proposer = load_pair(cfg)

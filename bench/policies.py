@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from interleave import acceptance_rate, add_common_args, engine_arm, interleaved  # noqa: E402
 
-from specviz.calibrate import load_calibration  # noqa: E402
-from specviz.runner import RunConfig, load_pair, read_prompts, run  # noqa: E402
+from specviz.measure.calibrate import load_calibration  # noqa: E402
+from specviz.run import RunConfig, load_pair, read_prompts, run  # noqa: E402
 
 
 def parse_policies(text: str) -> list[tuple[str, int]]:

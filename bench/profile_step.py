@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz.runner import get_model  # noqa: E402
+from specviz.run import get_model  # noqa: E402
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
             cache.crop(-1)
 
         if a.lean:
-            from specviz import fastllama
+            from specviz.models import fastllama
 
             fastllama.fuse_projections(model)
             valid = torch.ones(a.batch_size, a.prefix + 1, dtype=torch.bool)

@@ -21,9 +21,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz.distill import generate_parallel, read_samples  # noqa: E402
-from specviz.promptgen import training_prompts  # noqa: E402
-from specviz.runner import get_model  # noqa: E402
+from specviz.distill.pipeline import generate_parallel, read_samples  # noqa: E402
+from specviz.prompts.gen import training_prompts  # noqa: E402
+from specviz.run import get_model  # noqa: E402
 
 
 def main() -> int:

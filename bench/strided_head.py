@@ -2,7 +2,7 @@
 
     python bench/strided_head.py
 
-B = 8, H = 576, V = 49152, bf16: the default model's head. specviz.ragged.contiguous_head_input
+B = 8, H = 576, V = 49152, bf16: the default model's head. specviz.engine.ragged.contiguous_head_input
 exists because of the first number.
 """
 

@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz.runner import RunConfig, load_pair, run, read_prompts  # noqa: E402
+from specviz.run import RunConfig, load_pair, run, read_prompts  # noqa: E402
 
 
 def main() -> None:

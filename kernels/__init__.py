@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from specviz.sampling import Verdict, accept_reference
+from specviz.engine.sampling import Verdict, accept_reference
 
 ENV_VAR = "SPECVIZ_ACCEPT_IMPL"  # "torch" or "triton": overrides the automatic choice
 IMPLS = ("torch", "triton")

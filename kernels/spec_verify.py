@@ -1,6 +1,6 @@
 """Fused speculative verification in Triton: the acceptance rule without softmax tensors.
 
-The spec is the torch reference ``specviz.sampling.accept_reference``: same arguments, same
+The spec is the torch reference ``specviz.engine.sampling.accept_reference``: same arguments, same
 ``Verdict``, same use of the uniforms (``uniforms[:, i]`` decides draft position i,
 ``uniforms[:, n_b]`` draws the recovered/bonus token by inverse CDF). Greedy output and
 ``num_accepted`` match it exactly; a sampled recovered/bonus token matches it except where
@@ -30,7 +30,7 @@ Extra passes (all in the per-row kernel, at the final position only):
   - draft_probs given and the row rejected: max(0, p - q) needs the global softmax sum, so
     one more pass over logits and q computes the residual chunk masses.
   - top_p < 1: top-p needs a sort, which these kernels do not do. The wrapper computes the
-    processed probabilities with ``specviz.sampling.process_logits`` in torch (materialising
+    processed probabilities with ``specviz.engine.sampling.process_logits`` in torch (materialising
     [B, k+1, V] float32 plus a sort: no fusion benefit) and the kernel reads them as p.
   - approx_sigmoid=True: APPROXIMATE, see ``accept_triton``.
 """
@@ -43,7 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specviz.sampling import SamplingParams, Verdict, process_logits
+from specviz.engine.sampling import SamplingParams, Verdict, process_logits
 
 # How p is obtained from the values the kernels read.
 GREEDY = tl.constexpr(0)  # argmax of logits

@@ -7,9 +7,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from specviz import appstate, charts, promptsets
-from specviz.models import SpecvizError
-from specviz.runner import RunConfig, get_model, make_proposer, run
+from specviz.app import state as appstate, charts
+
+from specviz.prompts import sets as promptsets
+from specviz.common import SpecvizError
+from specviz.run import RunConfig, get_model, make_proposer, run
 
 appstate.init_state()
 st.title("Correctness")
@@ -60,7 +62,7 @@ else:
 # ---- sampling: distribution check ----------------------------------------------------------------
 st.subheader("Sampling: the acceptance rule reproduces the target distribution")
 st.caption("Random target logits p and a random draft q over a small vocabulary; many rows go through "
-           "`specviz.sampling.accept_reference` (draft tokens drawn from q). The first output token of every row "
+           "`specviz.engine.sampling.accept_reference` (draft tokens drawn from q). The first output token of every row "
            "must be distributed as p (Leviathan et al. 2022): a chi-square test of its counts against n·p.")
 d1, d2, d3 = st.columns(3)
 n = d1.select_slider("rows", [2000, 5000, 20000, 50000], 20000, key="dist_n")

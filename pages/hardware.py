@@ -5,9 +5,12 @@ import importlib.util
 import streamlit as st
 import torch
 
-from specviz import appstate, charts, telemetry
-from specviz.models import SpecvizError, resolve_device, resolve_dtype
-from specviz.runner import hardware_info
+from specviz.app import state as appstate, charts
+
+from specviz import telemetry
+from specviz.common import SpecvizError
+from specviz.models.loading import resolve_device, resolve_dtype
+from specviz.run import hardware_info
 
 appstate.init_state()
 st.title("Hardware")
@@ -61,7 +64,7 @@ if peaks:
         c2.metric("MFU of the verify forward", f"{100 * mfu:.2f}%", help="2 x params FLOPs per token processed")
 
 st.subheader("Cost-model calibration")
-costs = appstate.load_calibration()
+costs = appstate.trace_costs(trace)
 if costs is None:
     st.info("not calibrated yet: the analytic pages use the batch-1 formula and the sliders' cost ratio")
 else:
@@ -71,7 +74,7 @@ else:
 st.subheader("Kernels")
 cuda = torch.cuda.is_available()
 st.markdown("The fused Triton verification kernel (`kernels/spec_verify.py`) runs on **CUDA only**; on the CPU "
-            "the engine uses the torch reference `specviz.sampling.accept_reference` (the kernel's spec).")
+            "the engine uses the torch reference `specviz.engine.sampling.accept_reference` (the kernel's spec).")
 c1, c2 = st.columns(2)
 c1.metric("CUDA available", "yes" if cuda else "no")
 c2.metric("triton installed", "yes" if importlib.util.find_spec("triton") else "no")

@@ -1,6 +1,6 @@
 """Live: run batched speculative decoding on the sidebar's pair and watch it, step by step.
 
-The run happens in a worker thread (specviz.liverun.LiveRun over specviz.runner.iter_run);
+The run happens in a worker thread (specviz.app.liverun.LiveRun over specviz.run.iter_run);
 this page only reads its snapshots and draws them, throttled so drawing stays a small share of
 the time.
 """
@@ -12,11 +12,13 @@ import zipfile
 
 import streamlit as st
 
-from specviz import appstate, charts, promptsets
-from specviz.models import SpecvizError
-from specviz.controllers import CONTROLLERS, COST_AWARE
-from specviz.runner import RunConfig
-from specviz.trace import load_json, to_chrome_trace, to_tables
+from specviz.app import state as appstate, charts
+
+from specviz.prompts import sets as promptsets
+from specviz.common import SpecvizError
+from specviz.engine.policies import CONTROLLERS, COST_AWARE
+from specviz.run import RunConfig
+from specviz.analysis.trace import load_json, to_chrome_trace, to_tables
 
 DRAW_BUDGET = 0.05  # drawing may take at most this share of the redraw interval (it shares the CPU and the GIL)
 
@@ -42,7 +44,7 @@ with c1:
                       "BASS capped by the calibrated k*, a batch-size table, or the analytic optimum")
     if st.session_state.get("controller") == "table":
         st.text_input("k table (batch size:k, ...)", "1:4,4:3,16:1,64:0", key="k_table")
-    if st.session_state.get("controller") in COST_AWARE and appstate.load_calibration() is None:
+    if st.session_state.get("controller") in COST_AWARE and appstate.trace_costs(appstate.current_trace()) is None:
         st.caption("Not calibrated yet: this policy picks k from the batch-1 formula (cost ratio 0.1) until "
                    "`python -m specviz calibrate` has run for this pair.")
 with c2:
@@ -128,16 +130,13 @@ def headline(trace: dict, regular: dict | None) -> None:
     if regular and regular.get("summary", {}).get("tokens_per_s") and s.get("tokens_per_s"):
         measured = s["tokens_per_s"] / regular["summary"]["tokens_per_s"]
     cols[3].metric("measured speedup", fmt(measured, "{:.2f}x"), help="tokens/s over regular decoding (tick Race)")
-    if appstate.analytic_module() is None:
-        cols[4].metric("predicted speedup", "—", help="analytic model not available")
-    else:
-        costs = appstate.load_calibration()
-        c = appstate.draft_cost_ratio(trace) or 0.05
-        pred = appstate.predicted_speedup(trace, costs, cost_ratio=c)
-        cols[4].metric("predicted speedup", fmt(pred, "{:.2f}x"),
-                       help=("fitted cost model; each row's own alpha and length, the batch running to its last row"
-                             if costs is not None else
-                             f"not calibrated yet: batch-1 formula with measured alpha and c={c:.3f}"))
+    costs = appstate.trace_costs(trace)
+    c = appstate.draft_cost_ratio(trace) or 0.05
+    pred = appstate.predicted_speedup(trace, costs, cost_ratio=c)
+    cols[4].metric("predicted speedup", fmt(pred, "{:.2f}x"),
+                   help=("fitted cost model; each row's own alpha and length, the batch running to its last row"
+                         if costs is not None else
+                         f"not calibrated yet: batch-1 formula with measured alpha and c={c:.3f}"))
 
 
 def draw(trace: dict, decode, live: bool, regular: dict | None = None) -> None:

@@ -3,12 +3,12 @@ measured points of the last run and sweep overlaid."""
 
 import streamlit as st
 
-from specviz import appstate, charts
+from specviz.analysis import analytic as an
+from specviz.app import state as appstate, charts
 
 appstate.init_state()
 st.title("Speedup model")
 appstate.run_banner()
-an = appstate.analytic_module()
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64]
 K_MAX = 16
@@ -26,10 +26,6 @@ st.latex(r"T_{step}(b, k) = k\,T_{draft}(b, 1) + T_{target}(b, k+1) \qquad "
 st.markdown("Ragged batches (our own extension): a padded step costs as if every row accepted the most any row did:")
 st.latex(r"\mathbb{E}[\max_i A_i] = \sum_{j=1}^{k} \Big[1 - \prod_i (1 - \alpha_i^{\,j})\Big]")
 
-if an is None:
-    st.info("analytic model not available yet (specviz.analytic): formulas only")
-    st.stop()
-
 trace = appstate.current_trace()
 measured_alpha = appstate.alpha_from_trace(trace) if trace else None
 measured_c = appstate.draft_cost_ratio(trace) if trace else None
@@ -44,7 +40,7 @@ c = c2.slider("cost ratio c = T_draft / T_target", 0.0, 1.0, 0.05, 0.01, key="sp
 knee = c3.slider("knee N* (tokens per forward where compute-bound starts)", 1, 512, 64, key="sp_knee",
                  help="used only without a calibration: below N* tokens a forward costs the same as one token")
 
-costs = appstate.load_calibration()
+costs = appstate.trace_costs(trace)
 if costs is None:
     st.info("not calibrated yet: using an illustrative roofline (target step = 1 unit, flat up to N* tokens; "
             "draft = c units) instead of fitted costs")

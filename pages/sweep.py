@@ -7,9 +7,12 @@ import time
 import pandas as pd
 import streamlit as st
 
-from specviz import appstate, charts, promptsets
-from specviz.models import SpecvizError
-from specviz.runner import RunConfig, load_pair, run
+from specviz.analysis import analytic as an
+from specviz.app import state as appstate, charts
+
+from specviz.prompts import sets as promptsets
+from specviz.common import SpecvizError
+from specviz.run import RunConfig, load_pair, run
 
 appstate.init_state()
 st.session_state.setdefault("sweep_results", [])
@@ -90,11 +93,8 @@ left, right = st.columns(2)
 left.plotly_chart(charts.bk_heatmap(bs, kk, [[(cell.get((b, k)) or {}).get("speedup") for k in kk] for b in bs],
                                     title="Measured speedup by (b, k)"), key="sweep_measured")
 
-an = appstate.analytic_module()
-if an is None:
-    right.info("analytic model not available: no prediction")
-else:
-    costs = appstate.load_calibration()
+if True:
+    costs = appstate.trace_costs(appstate.current_trace())
 
     def predict(b, k):
         r = cell.get((b, k))

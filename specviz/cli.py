@@ -11,7 +11,7 @@ import statistics
 import sys
 import time
 
-from .models import SpecvizError
+from specviz.common import SpecvizError
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -38,7 +38,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def _config(a):
-    from .runner import RunConfig, read_prompts
+    from specviz.run import RunConfig, read_prompts
 
     prompts = list(a.prompt or [])
     if a.prompts:
@@ -64,7 +64,7 @@ def _progress(total: int, desc: str):
 
 
 def _run_with_progress(cfg, target, proposer, desc: str, telemetry: bool = True):
-    from .runner import run
+    from specviz.run import run
 
     bar = _progress(cfg.batch_size * cfg.max_new_tokens, desc)
 
@@ -99,8 +99,8 @@ def print_summary(trace: dict, out=None) -> None:
 
 
 def cmd_run(a) -> int:
-    from .runner import load_pair
-    from .trace import save_json
+    from specviz.run import load_pair
+    from specviz.analysis.trace import save_json
 
     cfg = _config(a)
     cfg.validate()
@@ -117,7 +117,7 @@ def cmd_run(a) -> int:
 
 def _peer_generate(target, proposer, cfg) -> float | None:
     """transformers' generate(assistant_model=...) at batch 1 (or prompt lookup for ngram): tokens/s."""
-    from .runner import encode_prompts
+    from specviz.run import encode_prompts
 
     import torch
 
@@ -142,7 +142,7 @@ def _peer_generate(target, proposer, cfg) -> float | None:
 
 def _bench_pass(cfg, target, proposer, desc: str) -> tuple[float, list[dict]]:
     """Every prompt once, in batches of B (RunConfig.every_prompt): tokens/s and the traces."""
-    from .runner import tokens_per_s
+    from specviz.analysis.trace import tokens_per_s
 
     traces = [_run_with_progress(c, target, proposer, desc, telemetry=False) for c in cfg.every_prompt()]
     return tokens_per_s(traces), traces
@@ -151,7 +151,7 @@ def _bench_pass(cfg, target, proposer, desc: str) -> tuple[float, list[dict]]:
 def cmd_bench(a) -> int:
     import dataclasses
 
-    from .runner import load_pair
+    from specviz.run import load_pair
 
     cfg = _config(a)
     cfg.validate()
@@ -164,7 +164,7 @@ def cmd_bench(a) -> int:
     with_peer = cfg.batch_size == 1 and not a.no_peer and cfg.temperature == 0
     peer_proposer = proposer
     if with_peer and a.peer_draft:  # e.g. a feature draft here, a token draft for transformers
-        from .runner import make_proposer
+        from specviz.run import make_proposer
 
         peer_proposer = make_proposer(a.peer_draft, target, cfg.draft_confidence)
     if with_peer and getattr(peer_proposer, "kind", None) not in ("model", "ngram"):
@@ -185,7 +185,7 @@ def cmd_bench(a) -> int:
     reg, spec = statistics.median(results["regular"]), statistics.median(results["speculative"])
     steps = [st for t in traces["speculative"] for st in t["steps"]]
     seqs = [sq for t in traces["speculative"] for sq in t["sequences"]]
-    from .trace import summarize
+    from specviz.analysis.trace import summarize
 
     s = summarize(steps, seqs, sum(t["summary"]["wall_s"] for t in traces["speculative"]),
                   sum(t["summary"]["prefill_s"] for t in traces["speculative"]))
@@ -228,8 +228,8 @@ def _ints(text: str, what: str) -> list[int]:
 def cmd_calibrate(a) -> int:
     import dataclasses
 
-    from .calibrate import calibrate, calibration_path
-    from .runner import load_pair
+    from specviz.measure.calibrate import calibrate, calibration_path
+    from specviz.run import load_pair
 
     cfg = dataclasses.replace(_config(a), prompts=["calibration"])
     cfg.validate()
@@ -256,9 +256,9 @@ def cmd_sweep(a) -> int:
     import json
     from pathlib import Path
 
-    from .calibrate import calibrate, load_calibration
-    from .runner import load_pair
-    from .sweep import summarize_sweep, sweep
+    from specviz.measure.calibrate import calibrate, load_calibration
+    from specviz.run import load_pair
+    from specviz.measure.sweep import summarize_sweep, sweep
 
     cfg = _config(a)
     cfg.validate()
@@ -332,7 +332,7 @@ def main(argv=None) -> int:
     ps.add_argument("--repeats", type=int, default=1)
     ps.add_argument("--recalibrate", action="store_true")
     ps.add_argument("--out-dir", default="sweep-out")
-    from .distill import add_distill_parser, cmd_distill
+    from specviz.distill.pipeline import add_distill_parser, cmd_distill
 
     add_distill_parser(sub)
     a = p.parse_args(argv)

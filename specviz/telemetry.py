@@ -351,7 +351,7 @@ def _peaks_key(device, dtype, copy_bytes, matmul_n):
 
 
 def _peaks_path() -> Path:
-    from .models import cache_dir  # lazily: telemetry itself must import without torch
+    from specviz.common import cache_dir  # lazily: telemetry itself must import without torch
 
     return Path(cache_dir()) / "peaks.json"
 

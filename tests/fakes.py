@@ -6,11 +6,11 @@ import types
 
 import torch
 
-from specviz.drafts import Proposal
-from specviz.engine import SpecDecoder
-from specviz.controllers import Fixed
-from specviz.models import LoadedModel
-from specviz.sampling import SamplingParams
+from specviz.engine.proposers import Proposal
+from specviz.engine.decoder import SpecDecoder
+from specviz.engine.policies import Fixed
+from specviz.models.loading import LoadedModel
+from specviz.engine.sampling import SamplingParams
 
 
 def tiny_llama(vocab: int = 64, layers: int = 2, seed: int = 0, dtype=torch.float32) -> LoadedModel:

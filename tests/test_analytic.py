@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from specviz import analytic
-from specviz.analytic import CostModel, Costs
+from specviz.analysis import analytic
+from specviz.analysis.analytic import CostModel, Costs
 
 # A target that is flat (memory-bound) up to 100 tokens per forward, then 0.1 ms per token.
 TARGET = CostModel(t_fixed=0.0, t_mem=0.010, t_token=1e-4)

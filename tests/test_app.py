@@ -1,6 +1,6 @@
 """The Streamlit app, headless through streamlit.testing.v1.AppTest, on the packaged default model.
 
-Runs are short (batch 2, a few tokens, n-gram drafts). st.cache_resource and specviz.runner's
+Runs are short (batch 2, a few tokens, n-gram drafts). st.cache_resource and specviz.run's
 model cache persist across AppTest instances in one pytest process, so the model loads once.
 """
 
@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from specviz import appstate, liverun  # noqa: E402
+from specviz.app import state as appstate, liverun  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "app.py")
@@ -280,15 +280,12 @@ def test_correctness_page_checks_exactness_and_the_sampling_distribution():
     assert not errors(at)
 
 
-def test_speedup_page_uses_the_analytic_model_when_present():
+def test_speedup_page_draws_the_analytic_model_without_a_run():
     at = new_app()
     at.switch_page("pages/speedup.py").run()
     assert not at.exception
-    if appstate.analytic_module() is None:
-        assert any("not available" in i.value for i in at.info)
-    else:
-        assert {"speedup_vs_k", "optimal_k", "bk_heatmap"} <= {el.key for el in at.get("plotly_chart")}
-        assert any("not calibrated yet" in i.value for i in at.info) or appstate.load_calibration() is not None
+    assert {"speedup_vs_k", "optimal_k", "bk_heatmap"} <= {el.key for el in at.get("plotly_chart")}
+    assert any("not calibrated yet" in i.value for i in at.info)  # no run yet: no pair to take a calibration from
     assert len(at.get("latex")) >= 3
 
 
@@ -308,7 +305,7 @@ def test_race_runs_regular_decoding_and_replays_both():
 
 def test_cost_aware_policies_say_when_uncalibrated_and_run(monkeypatch):
     """analytic / bass-capped need the calibrated cost model; without one the page says what they use."""
-    monkeypatch.setattr(appstate, "load_calibration", lambda *a, **k: None)
+    monkeypatch.setattr(appstate, "trace_costs", lambda *a, **k: None)
     at = new_app()
     at.selectbox(key="controller").set_value("bass-capped").run()
     assert any("Not calibrated yet" in c.value for c in at.caption)

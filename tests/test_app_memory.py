@@ -7,8 +7,8 @@ import threading
 import psutil
 import pytest
 
-from specviz.appstate import start_run
-from specviz.runner import RunConfig
+from specviz.app.state import start_run
+from specviz.run import RunConfig
 
 
 @pytest.mark.slow

@@ -5,9 +5,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from specviz import charts
-from specviz.runner import RunConfig
-from specviz.trace import build_trace, sequence_record
+from specviz.app import charts
+from specviz.run import RunConfig
+from specviz.analysis.trace import build_trace, sequence_record
 
 from fakes import ScriptedDraft, decode, ragged_prompts, reference_greedy, tiny_llama
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from specviz.cli import main
-from specviz.trace import load_json
+from specviz.analysis.trace import load_json
 
 BAD = [
     (["--target", "no-such-org/no-such-model"], "could not load model"),
@@ -113,9 +113,9 @@ def test_bench_at_batch_one_runs_the_transformers_peer(capsys):
 
 @pytest.mark.parametrize("controller", ["analytic", "bass-capped"])
 def test_cost_aware_controllers_warn_without_a_calibration(controller, monkeypatch, tmp_path):
-    import specviz.calibrate
+    import specviz.measure.calibrate
 
-    monkeypatch.setattr(specviz.calibrate, "load_calibration", lambda target, proposer: None)
+    monkeypatch.setattr(specviz.measure.calibrate, "load_calibration", lambda target, proposer: None)
     out = tmp_path / "t.json"
     with pytest.warns(UserWarning, match="no calibration .* batch-1 formula"):
         code = main(["run", "--prompt", "Count: 1 2 3 1 2 3", "--draft", "ngram", "--controller", controller,

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from specviz import analytic
-from specviz.analytic import CostModel, Costs
-from specviz.controllers import Analytic, Bass, BassCapped, Fixed, Heuristic, Table, make_controller, parse_k_table
-from specviz.models import SpecvizError
+from specviz.analysis import analytic
+from specviz.analysis.analytic import CostModel, Costs
+from specviz.engine.policies import Analytic, Bass, BassCapped, Fixed, Heuristic, Table, make_controller, parse_k_table
+from specviz.common import SpecvizError
 
 
 def run_script(policy, script, batch_size=2):

@@ -4,10 +4,11 @@ import time
 
 import pytest
 
-from specviz.correctness import check_exactness, greedy_outputs
-from specviz.drafts import ModelDraft, NgramDraft
-from specviz.models import SpecvizError, check_tokenizers_agree
-from specviz.runner import encode_prompts, get_model
+from specviz.measure.correctness import check_exactness, greedy_outputs
+from specviz.engine.proposers import ModelDraft, NgramDraft
+from specviz.common import SpecvizError
+from specviz.models.loading import check_tokenizers_agree
+from specviz.run import encode_prompts, get_model
 
 PROMPTS = [
     "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
@@ -36,7 +37,7 @@ def references(target, prompt_ids):
 
 
 def test_default_loads_fast_after_conversion():
-    from specviz.models import load_model
+    from specviz.models.loading import load_model
 
     get_model("default", "cpu", "float32")  # converts once if needed
     t = time.perf_counter()
@@ -65,15 +66,15 @@ def test_bf16_draft_greedy_equals_batch_one_greedy(target, prompt_ids, reference
 @pytest.mark.parametrize("batch_size,k", [(1, 2), (8, 4)])
 def test_shipped_distilled_draft_greedy_equals_batch_one_greedy(target, prompt_ids, references, batch_size, k):
     """The draft shipped in specviz/assets (the `default` draft of a bf16 target), run in fp32."""
-    from specviz.runner import DEFAULT_DRAFT_DIR, make_proposer
+    from specviz.run import DEFAULT_DRAFT_DIR, make_proposer
 
     draft = make_proposer(str(DEFAULT_DRAFT_DIR), target)
     assert_exact_or_near_tie(check_exactness(target, draft, prompt_ids, batch_size, k, MAX_NEW, references))
 
 
 def test_default_draft_is_the_shipped_one_for_a_bf16_default_target():
-    from specviz.distill import DistilledDraft
-    from specviz.runner import DEFAULT_DRAFT_DIR, make_proposer, resolve_draft_spec
+    from specviz.models.distilled import DistilledDraft
+    from specviz.run import DEFAULT_DRAFT_DIR, make_proposer, resolve_draft_spec
 
     bf16 = get_model("default", "cpu", "bfloat16")
     assert resolve_draft_spec("default", bf16) == str(DEFAULT_DRAFT_DIR)
@@ -94,7 +95,7 @@ def test_shipped_draft_records_the_seeded_command_that_makes_it():
     import hashlib
     import json
 
-    from specviz.runner import DEFAULT_DRAFT_DIR
+    from specviz.run import DEFAULT_DRAFT_DIR
 
     report = json.loads((DEFAULT_DRAFT_DIR / "report.json").read_text())
     assert report["training"]["stopped_by"] == "steps" and report["training"]["reproducible"]
@@ -116,6 +117,7 @@ def test_incompatible_tokenizers_are_refused(target):
 
 
 def _default_dir():
-    from specviz.models import DEFAULT_NAME, cache_dir
+    from specviz.common import cache_dir
+    from specviz.models.loading import DEFAULT_NAME
 
     return cache_dir() / DEFAULT_NAME

@@ -6,13 +6,13 @@ import json
 import pytest
 import torch
 
-from specviz.distill import (DRAFT_FILE, add_distill_parser, build_vocab_map, is_distilled_draft,
+from specviz.distill.pipeline import (DRAFT_FILE, add_distill_parser, build_vocab_map, is_distilled_draft,
                              load_distilled_draft, read_samples)
-from specviz.drafts import ModelDraft
-from specviz.models import SpecvizError
-from specviz.promptgen import FREEFORM, HELDOUT_SLOTS, TRAIN_SLOTS, heldout_prompts, training_prompts
-from specviz.runner import encode_prompts, get_model
-from specviz.sampling import SamplingParams
+from specviz.engine.proposers import ModelDraft
+from specviz.common import SpecvizError
+from specviz.prompts.gen import FREEFORM, HELDOUT_SLOTS, TRAIN_SLOTS, heldout_prompts, training_prompts
+from specviz.run import encode_prompts, get_model
+from specviz.engine.sampling import SamplingParams
 
 from fakes import decode, tiny_llama
 
@@ -86,7 +86,7 @@ def test_same_data_seed_and_steps_give_the_same_weights(distilled, tmp_path):
 
 
 def test_a_time_budget_stop_is_reported():
-    from specviz.distill import train
+    from specviz.distill.pipeline import train
 
     model = torch.nn.Linear(2, 2)
     hist = train(model, [], [], steps=5, batch_size=1, lr=1e-3, seed=0, budget_s=0.0)
@@ -155,7 +155,7 @@ def test_heldout_prompts_never_overlap_training():
 
 
 def test_two_worker_processes_write_what_one_process_writes(tmp_path, target):
-    from specviz.distill import generate_data, generate_parallel
+    from specviz.distill.pipeline import generate_data, generate_parallel
 
     kwargs = dict(prompts=training_prompts(4), name="train", max_new=4, batch_size=2, topk=4, seed=3)
     (tmp_path / "one").mkdir()
@@ -181,8 +181,8 @@ def feature_distilled(tmp_path_factory, target):
 
 
 def test_feature_draft_command_trains_saves_and_loads_as_a_feature_draft(feature_distilled, target):
-    from specviz.drafts import FeatureDraft
-    from specviz.runner import make_proposer
+    from specviz.engine.proposers import FeatureDraft
+    from specviz.run import make_proposer
 
     out, report = feature_distilled
     assert report["draft"]["kind"] == "feature" and report["draft"]["layers"] == 1

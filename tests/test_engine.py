@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from specviz.drafts import ModelDraft, NgramDraft
-from specviz.sampling import SamplingParams
+from specviz.engine.proposers import ModelDraft, NgramDraft
+from specviz.engine.sampling import SamplingParams
 
 from fakes import ScriptedDraft, decode, perturbed_copy, ragged_prompts, reference_greedy, tiny_llama
 
@@ -135,7 +135,7 @@ def test_stop_ends_rows_as_stopped_and_keeps_output(target, prompts):
 
 
 def test_compaction_preserves_logits(target, prompts):
-    from specviz.ragged import RaggedCache, left_pad
+    from specviz.engine.ragged import RaggedCache, left_pad
 
     kv_a, kv_b = RaggedCache(target.model), RaggedCache(target.model)
     ids, valid = left_pad(prompts, 0, "cpu")
@@ -157,8 +157,8 @@ def test_engine_with_the_triton_kernel_equals_the_reference(target, prompts, ref
     if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         pytest.skip("Triton needs CUDA or TRITON_INTERPRET=1")
     from kernels import get_accept_fn
-    from specviz.controllers import Fixed
-    from specviz.engine import SpecDecoder
+    from specviz.engine.policies import Fixed
+    from specviz.engine.decoder import SpecDecoder
 
     draft = ModelDraft(perturbed_copy(target, noise=0.3), vocab_size=V)
     dec = SpecDecoder(target, draft, Fixed(3), ["p"] * 4, prompts, SamplingParams(), 12, accept_fn=get_accept_fn("triton"))
@@ -169,7 +169,7 @@ def test_engine_with_the_triton_kernel_equals_the_reference(target, prompts, ref
 def test_output_layer_gets_a_contiguous_input_on_last_only_forwards():
     """logits_to_keep=1 hands the head a strided [B, 1, H] view, for which torch's matmul copies
     the weight once per row (441 ms at B=8, V=49152 on the CPU box); the cache's hook prevents it."""
-    from specviz.ragged import RaggedCache
+    from specviz.engine.ragged import RaggedCache
 
     m = tiny_llama(V, seed=3)
     seen = []
@@ -229,9 +229,9 @@ def test_confidence_stop_preserves_the_target_distribution():
 def test_engine_reports_rows_and_tokens_left_to_the_policy(target, prompts, reference):
     """analytic sees each row's index and tokens left, and turns speculation off when a row that
     rejects everything sets the batch's length (CPU-like costs)."""
-    from specviz.analytic import CostModel, Costs
-    from specviz.controllers import make_controller
-    from specviz.engine import SpecDecoder
+    from specviz.analysis.analytic import CostModel, Costs
+    from specviz.engine.policies import make_controller
+    from specviz.engine.decoder import SpecDecoder
 
     costs = Costs(CostModel(0.040, 0.001, 0.001), CostModel(0.004, 0.0002, 0.0002), overhead=0.002)
     policy = make_controller("analytic", 2, costs=costs, prior_alpha=0.6)

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from specviz import fastllama
-from specviz.ragged import RaggedCache, left_pad
+from specviz.models import fastllama
+from specviz.engine.ragged import RaggedCache, left_pad
 
 from fakes import decode, ragged_prompts, tiny_llama
 

@@ -4,10 +4,11 @@ exactness over ragged batches, the target features the engine hands it, and its 
 import pytest
 import torch
 
-from specviz.distill import DistilledDraft
-from specviz.drafts import FeatureDraft
-from specviz.featdraft import build_feature_draft, fused_input
-from specviz.sampling import SamplingParams
+from specviz.models.distilled import DistilledDraft
+from specviz.engine.proposers import FeatureDraft
+from specviz.distill.feature import build_feature_draft
+from specviz.models.distilled import fused_input
+from specviz.engine.sampling import SamplingParams
 
 from fakes import decode, ragged_prompts, reference_greedy, tiny_llama
 
@@ -85,8 +86,8 @@ def test_sampled_proposals_stay_in_the_vocabulary_map(target):
 
 def test_engine_keeps_the_features_it_computes(target):
     """keep_hidden: the prefill's and each verify's final-norm outputs, as a full forward gives them."""
-    from specviz.controllers import Fixed
-    from specviz.engine import SpecDecoder
+    from specviz.engine.policies import Fixed
+    from specviz.engine.decoder import SpecDecoder
 
     prompt = ragged_prompts(1, VOCAB, seed=9)[0]
     dec = SpecDecoder(target, None, Fixed(0), ["p"], [prompt], SamplingParams(), 4, keep_hidden=True)
@@ -104,8 +105,8 @@ def test_engine_keeps_the_features_it_computes(target):
 
 
 def test_feature_data_lines_up_features_tokens_and_labels(target, tmp_path, monkeypatch):
-    import specviz.runner as runner
-    from specviz.featdraft import feature_tensors, generate_feature_data, read_feature_samples
+    import specviz.run as runner
+    from specviz.distill.feature import feature_tensors, generate_feature_data, read_feature_samples
 
     # the tiny model has no chat template: prompts become raw ids
     monkeypatch.setattr(runner, "encode_prompts", lambda tok, ps: [[1 + ord(w) % (VOCAB - 1) for w in p.split()] for p in ps])
@@ -124,7 +125,7 @@ def test_feature_data_lines_up_features_tokens_and_labels(target, tmp_path, monk
 def test_training_forward_is_the_models_forward(target):
     """The first pass of featdraft.train_forward (what training differentiates) is exactly the
     function the draft computes at run time (the model's own forward)."""
-    from specviz.featdraft import train_forward
+    from specviz.distill.feature import train_forward
 
     draft = feature_draft(target).model
     g = torch.Generator().manual_seed(0)
@@ -140,7 +141,7 @@ def test_training_forward_is_the_models_forward(target):
 
 def test_second_pass_sees_first_pass_slots_before_it_and_itself(target):
     """Slot p of the second pass = the model's forward over [first-pass slots < p] + [its own input]."""
-    from specviz.featdraft import train_forward
+    from specviz.distill.feature import train_forward
 
     draft = feature_draft(target).model
     g = torch.Generator().manual_seed(1)

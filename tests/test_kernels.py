@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 
 import kernels  # noqa: E402
 from kernels.spec_verify import _accept_triton, accept_triton  # noqa: E402
-from specviz.sampling import SamplingParams, accept_reference  # noqa: E402
+from specviz.engine.sampling import SamplingParams, accept_reference  # noqa: E402
 
 TINY_TILES = dict(block_v=32, tiles_per_chunk=2)
 SHAPES = [(97, 3, 1), (1000, 5, 3)]  # (V, B, k): awkward sizes, partial last tile

@@ -1,4 +1,4 @@
-"""The app's run worker (specviz.liverun) without Streamlit, on a tiny model: a run whose page
+"""The app's run worker (specviz.app.liverun) without Streamlit, on a tiny model: a run whose page
 stops polling stops itself and hands the model lock on; a polled run goes to the end.
 
 The page's polls are the test's beat() calls; timeouts are a fraction of a second."""
@@ -12,10 +12,10 @@ import types
 import pytest
 from fakes import tiny_llama
 
-from specviz import liverun
-from specviz.drafts import NgramDraft
-from specviz.liverun import LiveRun
-from specviz.runner import RunConfig
+from specviz.app import liverun
+from specviz.engine.proposers import NgramDraft
+from specviz.app.liverun import LiveRun
+from specviz.run import RunConfig
 
 STEP_S = 0.02  # a pause per step, so a run lasts long enough to watch (about 1-3 tokens per step)
 

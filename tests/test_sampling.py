@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from specviz.sampling import SamplingParams, Verdict, accept_reference, process_logits, sample_inverse_cdf
+from specviz.engine.sampling import SamplingParams, Verdict, accept_reference, process_logits, sample_inverse_cdf
 
 N = 200_000  # draws per distribution test
 V = 8

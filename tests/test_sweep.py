@@ -2,11 +2,12 @@
 
 import pytest
 
-from specviz.analytic import expected_accepted
-from specviz.calibrate import Calibration, calibrate, load_calibration, time_forward
-from specviz.drafts import NgramDraft
-from specviz.runner import RunConfig, get_model
-from specviz.sweep import alpha_from_accepted, summarize_sweep, sweep
+from specviz.analysis.analytic import expected_accepted
+from specviz.measure.calibrate import Calibration, calibrate, load_calibration, time_forward
+from specviz.engine.proposers import NgramDraft
+from specviz.run import RunConfig, get_model
+from specviz.analysis.tracestats import alpha_from_accepted
+from specviz.measure.sweep import summarize_sweep, sweep
 
 from fakes import tiny_llama
 
@@ -53,8 +54,8 @@ def monkeypatch_module():
 
 
 def test_ragged_prediction_uses_each_rows_alpha_and_length():
-    from specviz.analytic import CostModel, Costs, speedup_ragged
-    from specviz.sweep import alpha_from_accepted, predicted_ragged, row_alphas_and_lengths
+    from specviz.analysis.analytic import CostModel, Costs, speedup_ragged
+    from specviz.analysis.tracestats import alpha_from_accepted, predicted_ragged, row_alphas_and_lengths
 
     # row 0 accepts 2 of 2 every step (3 tokens/step), row 1 nothing (1 token/step)
     steps = [{"rows": [{"index": 0, "active": True, "accepted": 2}, {"index": 1, "active": True, "accepted": 0}]}
@@ -70,9 +71,9 @@ def test_ragged_prediction_uses_each_rows_alpha_and_length():
 
 
 def test_live_headline_prediction_is_the_ragged_one_with_costs():
-    from specviz.analytic import CostModel, Costs, speedup_batch
-    from specviz.sweep import predicted_ragged
-    from specviz.tracestats import predicted_speedup
+    from specviz.analysis.analytic import CostModel, Costs, speedup_batch
+    from specviz.analysis.tracestats import predicted_ragged
+    from specviz.analysis.tracestats import predicted_speedup
 
     steps = [{"k": 2, "rows": [{"index": 0, "active": True, "accepted": 2, "drafted": 2},
                                {"index": 1, "active": True, "accepted": 0, "drafted": 2}]} for _ in range(4)]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specviz.trace import build_trace, export_tables, load_json, save_json, summarize, to_chrome_trace
+from specviz.analysis.trace import build_trace, export_tables, load_json, save_json, summarize, to_chrome_trace
 
 
 def make_dummy(per_step: list[list[tuple[int, int]]], k: int = 3) -> tuple[list[dict], list[dict]]:

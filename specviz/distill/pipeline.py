@@ -2,7 +2,7 @@
 
     python -m specviz distill --target default --out DIR [--samples N --steps N --vocab N ...]
 
-1. data      the target answers diverse built-in prompts (specviz.promptgen) through the engine's
+1. data      the target answers diverse built-in prompts (specviz.prompts.gen) through the engine's
              regular decoding (half greedy, half sampled); every emitted token keeps the target's
              top-k logits at that position (free: the engine computed them), so training gets
              soft labels without another target pass. JSONL shards, resumable.
@@ -15,7 +15,7 @@
              (= forward KL up to a constant); the checkpoint with the best held-out top-1
              agreement (= greedy acceptance at k = 1, teacher-forced) is kept.
 4. report    held-out greedy acceptance through the engine at k = 1..4, the cost ratio c from
-             real forward timings at B = 1 and 8, the predicted speedup (specviz.analytic).
+             real forward timings at B = 1 and 8, the predicted speedup (specviz.analysis.analytic).
 
 Saved layout (Hugging Face style; the target's embedding is *not* stored):
     DIR/config.json          LlamaConfig: vocab_size = the target's, tie_word_embeddings = false
@@ -40,60 +40,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from .models import LoadedModel, SpecvizError
+from specviz.common import SpecvizError
 
-DRAFT_FORMAT = "specviz-distilled-draft"
-DRAFT_FILE = "specviz_draft.json"
+from specviz.models.distilled import (DRAFT_FILE, DRAFT_FORMAT, DistilledDraft, MappedHead, build_draft,  # noqa: F401
+                                      draft_config, embedding_fingerprint, is_distilled_draft, load_distilled_draft,
+                                      save_draft)
+
 SAMPLE_TEMPERATURE = 0.8  # temperature of the sampled half of the data
-
-
-# =============================================================================================
-# The draft: LlamaForCausalLM + the target's embedding + a head over a vocabulary map
-
-
-class MappedHead(nn.Module):
-    """Linear(hidden -> n_map) scattered into the full target vocabulary; unmapped tokens = -inf.
-
-    ``forward`` gives [..., V] logits, so the draft plugs into RaggedCache / ModelDraft like any
-    causal LM; ``reduced`` gives the [..., n_map] logits training uses.
-    """
-
-    def __init__(self, hidden: int, vocab_map: list[int], vocab_size: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(len(vocab_map), hidden))  # [n_map, hidden]
-        self.register_buffer("vocab_map", torch.as_tensor(vocab_map, dtype=torch.long), persistent=False)  # [n_map]
-        self.vocab_size = vocab_size
-
-    def reduced(self, h: torch.Tensor) -> torch.Tensor:
-        return nn.functional.linear(h, self.weight)  # [..., n_map]
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        r = self.reduced(h)  # [B, T, n_map]
-        out = r.new_full((*r.shape[:-1], self.vocab_size), float("-inf"))  # [B, T, V]
-        return out.index_copy_(-1, self.vocab_map, r)
-
-
-def draft_config(target_config, layers: int):
-    from transformers import LlamaConfig
-
-    if getattr(target_config, "model_type", None) != "llama":
-        raise SpecvizError(f"distill supports llama-style targets (got model_type {target_config.model_type!r})")
-    d = target_config.to_dict()
-    for key in ("layer_types", "quantization_config", "_name_or_path", "_model_name_or_path", "architectures"):
-        d.pop(key, None)
-    d.update(num_hidden_layers=layers, tie_word_embeddings=False, architectures=["LlamaForCausalLM"])
-    return LlamaConfig(**d)
-
-
-def build_draft(config, embedding: nn.Embedding, vocab_map: list[int]):
-    """A LlamaForCausalLM whose embed_tokens is ``embedding`` (frozen) and lm_head a MappedHead."""
-    from transformers import LlamaForCausalLM
-
-    model = LlamaForCausalLM(config)
-    model.model.embed_tokens = embedding
-    embedding.weight.requires_grad_(False)
-    model.lm_head = MappedHead(config.hidden_size, vocab_map, config.vocab_size)
-    return model
 
 
 def init_from_target(draft, target_model, layer_ids: list[int]) -> None:
@@ -105,105 +58,6 @@ def init_from_target(draft, target_model, layer_ids: list[int]) -> None:
         draft.model.norm.load_state_dict(src.norm.state_dict())
         out = target_model.get_output_embeddings().weight  # [V, hidden] (tied: the embedding)
         draft.lm_head.weight.copy_(out[draft.lm_head.vocab_map].float())
-
-
-def own_state_dict(draft) -> dict[str, torch.Tensor]:
-    """The draft's own weights (everything but the shared embedding), bf16, HF key names."""
-    sd = {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
-    return {k: v.detach().to(torch.bfloat16).contiguous() for k, v in sd.items()}
-
-
-def embedding_fingerprint(embedding: nn.Embedding) -> float:
-    """A cheap check that a target's embedding is the one the draft was trained on."""
-    return float(embedding.weight.detach()[:512].float().abs().mean())
-
-
-def save_draft(draft, out: Path, target, vocab_map: list[int], extra: dict | None = None) -> None:
-    from safetensors.torch import save_file
-
-    import copy
-
-    out.mkdir(parents=True, exist_ok=True)
-    config = copy.deepcopy(draft.config)
-    config.dtype = torch.bfloat16  # what the safetensors hold, whatever precision training ran in
-    config.to_json_file(out / "config.json")
-    save_file(own_state_dict(draft), str(out / "model.safetensors"), metadata={"format": "pt"})
-    meta = {"format": DRAFT_FORMAT, "version": 1, "target": target.spec, "target_name": target.name,
-            "embedding": "from_target", "embedding_fingerprint": embedding_fingerprint(target.model.get_input_embeddings()),
-            "vocab_size": int(draft.config.vocab_size), "vocab_map": [int(t) for t in vocab_map], **(extra or {})}
-    (out / DRAFT_FILE).write_text(json.dumps(meta))
-    try:
-        target.tokenizer.save_pretrained(out)
-    except Exception:  # a tokenizer without save support: the draft still loads from the target's
-        pass
-
-
-def is_distilled_draft(spec: str) -> bool:
-    """True for a directory written by :func:`save_draft` (it has a specviz_draft.json)."""
-    return (Path(spec).expanduser() / DRAFT_FILE).is_file()
-
-
-_loaded: dict = {}
-
-
-def get_distilled_draft(path, target) -> "DistilledDraft":
-    """:func:`load_distilled_draft`, cached per (directory, its weights' mtime, target)."""
-    p = Path(path).expanduser().resolve()
-    key = (str(p), (p / "model.safetensors").stat().st_mtime_ns if (p / "model.safetensors").exists() else 0,
-           id(target.model))
-    if key not in _loaded:
-        _loaded[key] = load_distilled_draft(path, target)
-    return _loaded[key]
-
-
-@dataclasses.dataclass
-class DistilledDraft(LoadedModel):
-    kind: str = "token"  # "token" (ModelDraft) or "feature" (FeatureDraft: specviz.featdraft)
-
-    @property
-    def weight_bytes(self) -> int:
-        # A forward reads only B x T rows of the shared embedding, not the whole table.
-        emb = self.model.get_input_embeddings().weight
-        return super().weight_bytes - emb.numel() * emb.element_size()
-
-
-def load_distilled_draft(path, target) -> DistilledDraft:
-    """Load a distilled draft for a loaded target (whose input embedding it shares)."""
-    from safetensors.torch import load_file
-
-    p = Path(path).expanduser()
-    try:
-        meta = json.loads((p / DRAFT_FILE).read_text())
-    except (OSError, ValueError) as e:
-        raise SpecvizError(f"{path} is not a distilled draft: cannot read {DRAFT_FILE} ({e})") from None
-    if meta.get("format") != DRAFT_FORMAT or meta.get("embedding") != "from_target":
-        raise SpecvizError(f"{path}/{DRAFT_FILE}: unknown format {meta.get('format')!r}")
-    from transformers import LlamaConfig
-
-    config = LlamaConfig.from_pretrained(p)
-    emb = target.model.get_input_embeddings()
-    V = target.model.config.vocab_size
-    if meta["vocab_size"] != V or emb.weight.shape != (V, config.hidden_size):
-        raise SpecvizError(f"draft {path} belongs to a target with vocabulary {meta['vocab_size']} and width "
-                           f"{config.hidden_size}; this target has {V} and {emb.weight.shape[1]}")
-    fp = embedding_fingerprint(emb)
-    if not math.isclose(fp, meta["embedding_fingerprint"], rel_tol=2e-2):
-        raise SpecvizError(f"draft {path} was trained for target {meta['target']!r}: this target's embedding differs")
-    model = build_draft(config, emb, meta["vocab_map"])
-    kind = meta.get("kind", "token")
-    if kind == "feature":  # specviz.featdraft: the fused input projection
-        model.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=False)
-    elif kind != "token":
-        raise SpecvizError(f"{path}/{DRAFT_FILE}: unknown draft kind {kind!r}")
-    sd = load_file(str(p / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    missing = [k for k in missing if not k.startswith("model.embed_tokens.")]
-    if missing or unexpected:
-        raise SpecvizError(f"draft {path}: weights do not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    model.to(device=target.device, dtype=target.dtype).eval()
-    model.model.embed_tokens = emb  # .to() may have copied it when dtypes differed: share again
-    return DistilledDraft(spec=str(path), name=f"{p.name} (distilled{', feature' if kind == 'feature' else ''})",
-                          model=model, tokenizer=target.tokenizer, device=target.device, dtype=target.dtype, kind=kind)
 
 
 # =============================================================================================
@@ -225,7 +79,7 @@ class _TopkRecorder:
         self.k, self.last = k, None
 
     def __call__(self, logits, drafts, n, u, params, q):
-        from .sampling import accept_reference
+        from specviz.engine.sampling import accept_reference
 
         vals, ids = logits[:, 0].float().topk(self.k, dim=-1)  # [B, K] (regular decoding: 1 slot)
         self.last = (ids.cpu().numpy().astype(np.uint16 if logits.shape[-1] <= 65536 else np.int32),
@@ -236,9 +90,9 @@ class _TopkRecorder:
 def _decode_batch(target, prompts, ids, temperature: float, max_new: int, topk: int, seed: int, features: bool = False):
     """Regular decoding of one batch: (rows, per-row [(top-k ids, top-k logits)] per output token,
     per-row features [P + n - 1, H] (the target's final-norm output at every fed position) or None)."""
-    from .controllers import Fixed
-    from .engine import SpecDecoder
-    from .sampling import SamplingParams
+    from specviz.engine.policies import Fixed
+    from specviz.engine.decoder import SpecDecoder
+    from specviz.engine.sampling import SamplingParams
 
     rec = _TopkRecorder(topk)
     dec = SpecDecoder(target, None, Fixed(0), prompts, ids, SamplingParams(temperature=temperature), max_new, seed,
@@ -281,7 +135,7 @@ def answer_batches(target, prompts: list[str], todo, max_new: int, topk: int, se
     """
     from tqdm import tqdm
 
-    from .runner import encode_prompts
+    from specviz.run import encode_prompts
 
     label = desc if workers == 1 else f"{desc} (1 of {workers} workers)"
     bar = tqdm(total=sum(len(idx) for _, idx in todo) * max_new, desc=label, unit="tok", file=sys.stderr,
@@ -334,7 +188,7 @@ def _gen_worker(job: dict, worker: int) -> None:
 
     import transformers
 
-    from .runner import get_model
+    from specviz.run import get_model
 
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
@@ -344,7 +198,7 @@ def _gen_worker(job: dict, worker: int) -> None:
     fn(get_model(job["spec"], job["device"], job["dtype"]), worker=worker, **kwargs)
 
 
-_WORKER = "import json, sys; from specviz.distill import _gen_worker; _gen_worker(json.load(sys.stdin), int(sys.argv[1]))"
+_WORKER = "import json, sys; from specviz.distill.pipeline import _gen_worker; _gen_worker(json.load(sys.stdin), int(sys.argv[1]))"
 
 
 def generate_parallel(target, workers: int, fn=None, **kwargs) -> None:
@@ -593,11 +447,11 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
 
 def eval_acceptance(target, proposer, prompts: list[str], ks, max_new: int, batch_size: int) -> dict:
     """Greedy speculative decoding on ``prompts`` at each k; acceptance, fitted alpha, tokens/s."""
-    from .controllers import Fixed
-    from .engine import SpecDecoder
-    from .runner import encode_prompts
-    from .sampling import SamplingParams
-    from .sweep import alpha_from_accepted
+    from specviz.engine.policies import Fixed
+    from specviz.engine.decoder import SpecDecoder
+    from specviz.run import encode_prompts
+    from specviz.engine.sampling import SamplingParams
+    from specviz.analysis.tracestats import alpha_from_accepted
 
     ids = encode_prompts(target.tokenizer, prompts)
     out = {}
@@ -629,7 +483,7 @@ def eval_acceptance(target, proposer, prompts: list[str], ks, max_new: int, batc
 def cost_ratio(target, draft, batch_sizes=(1, 8), prefix_len: int = 128, rounds: int = 3) -> dict:
     """c = T_draft(b, 1) / T_target(b, 1) from real forwards over a cached prefix (median of
     interleaved rounds, so drift hits both models alike)."""
-    from .calibrate import time_forward
+    from specviz.measure.calibrate import time_forward
 
     out = {}
     for b in batch_sizes:
@@ -643,7 +497,7 @@ def cost_ratio(target, draft, batch_sizes=(1, 8), prefix_len: int = 128, rounds:
 
 
 def predicted_speedups(alpha: float, c: float, k_max: int = 8) -> dict:
-    from .analytic import optimal_k_batch1, speedup_batch1
+    from specviz.analysis.analytic import optimal_k_batch1, speedup_batch1
 
     k_star = optimal_k_batch1(alpha, c, k_max=k_max)
     return {"alpha": alpha, "c": c, "k_star": k_star, "speedup_at_k_star": speedup_batch1(alpha, k_star, c),
@@ -753,11 +607,11 @@ def _validate(a) -> list[int]:
 
 
 def cmd_distill(a) -> int:
-    from . import featdraft
-    from .drafts import FeatureDraft, ModelDraft
-    from .engine import eos_token_ids
-    from .promptgen import freeform_prompts, heldout_prompts, training_prompts
-    from .runner import get_model
+    from specviz.distill import feature as featdraft
+    from specviz.engine.proposers import FeatureDraft, ModelDraft
+    from specviz.engine.decoder import eos_token_ids
+    from specviz.prompts.gen import freeform_prompts, heldout_prompts, training_prompts
+    from specviz.run import get_model
 
     ks = _validate(a)
     if a.threads:
@@ -857,7 +711,7 @@ def cmd_distill(a) -> int:
 
 
 def _acc_table(res: dict | None, ks, c: float) -> list[dict] | None:
-    from .analytic import speedup_batch1
+    from specviz.analysis.analytic import speedup_batch1
 
     if res is None:
         return None
@@ -939,7 +793,7 @@ def format_report(r: dict) -> str:
                          f"{row['measured_speedup']:>16.2f}")
     p = r["predicted"]
     lines.append(f"  predicted  batch-1 speedup {p['speedup_at_k_star']:.2f}x at k* = {p['k_star']} "
-                 f"(alpha {p['alpha']:.3f}, c {p['c']:.3f}; specviz.analytic.speedup_batch1)")
+                 f"(alpha {p['alpha']:.3f}, c {p['c']:.3f}; specviz.analysis.analytic.speedup_batch1)")
     lines.append(f"  total      {r['total_s'] / 60:.1f} min")
     return "\n".join(lines)
 
@@ -958,7 +812,7 @@ Made by specviz (`specviz/distill.py`):
 ```
 
 Use it: `python -m specviz run --draft {r['args']['out']} ...`, or from Python
-`specviz.distill.load_distilled_draft(DIR, target)` with the loaded target: the draft shares the
+`specviz.distill.pipeline.load_distilled_draft(DIR, target)` with the loaded target: the draft shares the
 target's input embedding, which is not stored here ("embedding": "from_target" in
 `specviz_draft.json`, next to the vocabulary map: the target token ids the output head covers,
 all others get logit -inf and are never proposed).

@@ -1,6 +1,6 @@
 """Cost-model calibration: time real forwards of the target and the draft over a grid of batch
 size x tokens per row (with a cached prefix of realistic length), fit a roofline per model
-(specviz.analytic.fit_cost_model), and measure the engine's per-step overhead from short real
+(specviz.analysis.analytic.fit_cost_model), and measure the engine's per-step overhead from short real
 runs. Results are cached per (model, dtype, device) so the app and the sweeps reuse them.
 """
 
@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .analytic import CostModel, Costs, fit_cost_model
-from .engine import _sync
-from .ragged import RaggedCache
+from specviz.analysis.analytic import CostModel, fit_cost_model
+from specviz.analysis.costs import Calibration, calibration_path, load_calibration  # noqa: F401
+from specviz.engine.decoder import _sync
+from specviz.engine.ragged import RaggedCache
 
 
 def time_forward(loaded, b: int, n: int, prefix_len: int, repeats: int = 3) -> float:
@@ -31,7 +32,7 @@ def time_forward(loaded, b: int, n: int, prefix_len: int, repeats: int = 3) -> f
     def forward(ids, valid, last_only=False):
         if not feature:
             return kv.forward(ids, valid, last_only=last_only)
-        from .featdraft import fused_input
+        from specviz.models.distilled import fused_input
 
         feats = torch.zeros(*ids.shape, loaded.model.config.hidden_size, device=loaded.device, dtype=loaded.dtype)
         return kv.forward(None, valid, last_only=last_only, inputs_embeds=fused_input(loaded.model, ids, feats))
@@ -61,58 +62,6 @@ def measure_grid(loaded, batch_sizes, tokens, prefix_len: int, repeats: int = 3,
     return samples
 
 
-@dataclasses.dataclass
-class Calibration:
-    target: str
-    draft: str
-    device: str
-    dtype: str
-    target_cost: CostModel
-    draft_cost: CostModel
-    overhead: dict  # batch size -> seconds of engine work per step outside forwards
-    residuals: dict  # model -> relative residuals of the fit
-    samples: dict  # model -> [(b, n, seconds)]
-    created: str = ""  # when it was measured (UTC, ISO 8601): a stale calibration misleads every prediction
-
-    def overhead_at(self, b: int) -> float:
-        keys = sorted(int(x) for x in self.overhead)
-        xs = np.array(keys, float)
-        ys = np.array([self.overhead[str(x)] if str(x) in self.overhead else self.overhead[x] for x in keys])
-        return float(np.interp(b, xs, ys))
-
-    def costs(self, b: int) -> Costs:
-        return Costs(target=self.target_cost, draft=self.draft_cost, overhead=self.overhead_at(b))
-
-    def to_json(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["overhead"] = {str(k): v for k, v in self.overhead.items()}
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Calibration":
-        d = dict(d)
-        d["target_cost"] = CostModel(**d["target_cost"])
-        d["draft_cost"] = CostModel(**d["draft_cost"])
-        return cls(**d)
-
-
-def calibration_path(target_name: str, draft_name: str, device, dtype) -> Path:
-    from .models import cache_dir
-
-    safe = lambda s: "".join(c if c.isalnum() or c in "-_." else "_" for c in str(s))  # noqa: E731
-    return cache_dir() / "calibration" / f"{safe(target_name)}__{safe(draft_name)}__{safe(device)}__{safe(dtype)}.json"
-
-
-def load_calibration(target, proposer) -> Calibration | None:
-    p = calibration_path(target.name, getattr(proposer, "name", "none"), target.device, target.dtype)
-    if not p.is_file():
-        return None
-    try:
-        return Calibration.from_json(json.loads(p.read_text()))
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 def _relative(samples, model: CostModel) -> list[float]:
     return [float((t - model(b, n)) / t) for b, n, t in samples]
 
@@ -120,10 +69,10 @@ def _relative(samples, model: CostModel) -> list[float]:
 def measure_overhead(target, proposer, batch_sizes, target_cost: CostModel, draft_cost: CostModel,
                      k: int = 2, prompt: str = "Tell me a long story about a dragon.") -> dict:
     """Per-step engine time outside the model forwards, from short real runs (median over steps)."""
-    from .controllers import Fixed
-    from .engine import SpecDecoder
-    from .runner import encode_prompts
-    from .sampling import SamplingParams
+    from specviz.engine.policies import Fixed
+    from specviz.engine.decoder import SpecDecoder
+    from specviz.run import encode_prompts
+    from specviz.engine.sampling import SamplingParams
 
     ids = encode_prompts(target.tokenizer, [prompt])[0]
     out = {}

@@ -1,4 +1,4 @@
-"""Charts: pure functions from a trace dict (specviz.trace format) to plotly figures.
+"""Charts: pure functions from a trace dict (specviz.analysis.trace format) to plotly figures.
 
 No Streamlit here: pages call these and draw the result. Every function accepts a partial
 trace (a run still in progress) and an empty one. ``decode`` arguments map a list of token ids

@@ -15,9 +15,9 @@ import dataclasses
 
 import torch
 
-from .controllers import Fixed
-from .engine import SpecDecoder
-from .sampling import SamplingParams, accept_reference, process_logits
+from specviz.engine.policies import Fixed
+from specviz.engine.decoder import SpecDecoder
+from specviz.engine.sampling import SamplingParams, accept_reference, process_logits
 
 
 @dataclasses.dataclass

@@ -8,9 +8,9 @@ that run, and the speedup the calibrated cost model predicts for it, so the mode
 its cost side, not on acceptance:
 
     predicted_speedup      every row's own alpha and output length, the batch running until its
-                           last row finishes (specviz.analytic.ragged_batch_times)
+                           last row finishes (specviz.analysis.analytic.ragged_batch_times)
     predicted_speedup_iid  one alpha for all rows, every row active every step
-                           (specviz.analytic.speedup_batch): over-predicts for b > 1 when rows
+                           (specviz.analysis.analytic.speedup_batch): over-predicts for b > 1 when rows
                            accept unequally (BENCHMARKS.md)
 """
 
@@ -19,57 +19,10 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from .analytic import expected_accepted, optimal_k, ragged_batch_times, speedup_batch
-from .runner import RunConfig, run, tokens_per_s
-
-
-def alpha_from_accepted(mean_accepted: float, k: int) -> float:
-    """Invert E[accepted] = alpha (1 - alpha^k) / (1 - alpha) (i.i.d. acceptance, Leviathan
-    et al. 2022) by bisection: the alpha whose expected accepted count matches the run's."""
-    if k == 0:
-        return 0.0
-    mean_accepted = min(max(mean_accepted, 0.0), float(k))
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if expected_accepted(mid, k) < mean_accepted:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def mean_accepted_per_row_step(traces) -> float:
-    """Accepted drafts per active row-step over one trace or a list of traces."""
-    rs = [r for t in ([traces] if isinstance(traces, dict) else traces) for s in t["steps"] for r in s["rows"] if r["active"]]
-    return sum(r["accepted"] for r in rs) / len(rs) if rs else 0.0
-
-
-def row_alphas_and_lengths(trace: dict, k: int) -> tuple[list[float], list[int]]:
-    """Per row of one trace: alpha fitted to its own mean accepted per step, and its output length."""
-    acc, steps = {}, {}
-    for s in trace["steps"]:
-        for r in s["rows"]:
-            if r["active"]:
-                acc[r["index"]] = acc.get(r["index"], 0) + r["accepted"]
-                steps[r["index"]] = steps.get(r["index"], 0) + 1
-    seqs = sorted(trace["sequences"], key=lambda q: q["index"])
-    alphas = [alpha_from_accepted(acc.get(q["index"], 0) / max(1, steps.get(q["index"], 0)), k) for q in seqs]
-    return alphas, [len(q["output_token_ids"]) for q in seqs]
-
-
-def predicted_ragged(traces: list[dict], k: int, costs) -> float:
-    """The ragged-completion prediction (analytic.ragged_batch_times) over a cell's batches,
-    from each row's own alpha and length: time-weighted, as tokens/s over all batches is."""
-    t_reg = t_spec = 0.0
-    for t in traces:
-        alphas, lengths = row_alphas_and_lengths(t, k)
-        if not lengths or not any(lengths):
-            continue
-        r, sp = ragged_batch_times(lengths, alphas, k, costs.target, costs.draft, costs.overhead,
-                                   costs.regular_overhead)
-        t_reg, t_spec = t_reg + r, t_spec + sp
-    return t_reg / t_spec if t_spec else float("nan")
+from specviz.analysis.analytic import optimal_k, speedup_batch
+from specviz.analysis.trace import tokens_per_s
+from specviz.analysis.tracestats import alpha_from_accepted, mean_accepted_per_row_step, predicted_ragged
+from specviz.run import RunConfig, run
 
 
 def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibration, repeats: int = 1,

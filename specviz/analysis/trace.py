@@ -155,3 +155,8 @@ def to_chrome_trace(trace: dict) -> dict:
                                     "accepted": sum(r["accepted"] for r in active)}})
             t += dur
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def tokens_per_s(traces: list[dict]) -> float:
+    """Throughput over several runs (e.g. RunConfig.every_prompt's batches): tokens / wall time."""
+    return sum(t["summary"]["tokens"] for t in traces) / sum(t["summary"]["wall_s"] for t in traces)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from . import analytic
+from specviz.analysis import analytic
 
 K_MAX = 16  # default cap on the draft length for the adaptive policies
 
@@ -147,7 +147,7 @@ class BassCapped:
 
 def parse_k_table(text: str) -> dict[int, int]:
     """Parse "1:4,4:3,16:1,64:0" (batch size : draft length) into {1: 4, 4: 3, 16: 1, 64: 0}."""
-    from .models import SpecvizError
+    from specviz.common import SpecvizError
 
     table: dict[int, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -195,13 +195,13 @@ class Analytic:
     acceptance the model assumes (accepted / drafted would be biased low: positions after the
     first rejection are never tried). Both counts are exponentially weighted (``decay`` per
     step), starting from ``prior_alpha`` worth ``prior_weight`` trials.
-    With ``costs`` (a fitted target/draft :class:`~specviz.analytic.Costs`) it maximises
-    :func:`~specviz.analytic.speedup_batch`; without, the batch-1 formula with cost ratio
+    With ``costs`` (a fitted target/draft :class:`~specviz.analysis.analytic.Costs`) it maximises
+    :func:`~specviz.analysis.analytic.speedup_batch`; without, the batch-1 formula with cost ratio
     ``cost_ratio`` and ``verify_ratio``. Once it picks k = 0 nothing more is observed, so the
     estimate freezes; a batch-size change can still turn speculation back on.
 
     With costs, once the engine has reported each active row's index and tokens left and the
-    batch has had more than one row, it maximises :func:`~specviz.analytic.speedup_ragged`
+    batch has had more than one row, it maximises :func:`~specviz.analysis.analytic.speedup_ragged`
     instead: each row at its own acceptance estimate (its counts, shrunk toward the batch's
     estimate by ``prior_weight`` trials) and its own remaining length, the batch running until
     its last row is done. The last row left of a batch is judged on its own estimate; a run that
@@ -271,7 +271,7 @@ class Analytic:
 
 
 def _number(kind, key: str, value):
-    from .models import SpecvizError
+    from specviz.common import SpecvizError
 
     try:
         return kind(value)
@@ -280,7 +280,7 @@ def _number(kind, key: str, value):
 
 
 def _k_max(value) -> int:
-    from .models import SpecvizError
+    from specviz.common import SpecvizError
 
     k_max = _number(int, "k_max", value)
     if k_max < 1:
@@ -301,7 +301,7 @@ def _bass_capped(k, k_max=K_MAX, **kwargs):
 
 
 def _table(k, table=None, **_):
-    from .models import SpecvizError
+    from specviz.common import SpecvizError
 
     if table is None:
         raise SpecvizError("controller 'table' needs a k table, e.g. '1:4,4:3,16:1,64:0'")
@@ -309,7 +309,7 @@ def _table(k, table=None, **_):
 
 
 def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, decay=0.9, k_max=K_MAX, **_):
-    from .models import SpecvizError
+    from specviz.common import SpecvizError
 
     if costs is not None and not isinstance(costs, analytic.Costs):
         raise SpecvizError("controller option costs must be an analytic.Costs (fit it with analytic.fit_cost_model)")
@@ -349,7 +349,7 @@ def make_controller(name: str, k: int, **kwargs):
     bass starts at ``k`` (the paper starts at 7); analytic ignores ``k`` (it starts from the prior).
     """
     if name not in CONTROLLERS:
-        from .models import SpecvizError
+        from specviz.common import SpecvizError
 
         raise SpecvizError(f"unknown controller {name!r}: choose one of {', '.join(sorted(CONTROLLERS))}")
     return CONTROLLERS[name](k, **kwargs)

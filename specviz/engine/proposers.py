@@ -14,9 +14,9 @@ import dataclasses
 
 import torch
 
-from .featdraft import fused_input
-from .ragged import RaggedCache, left_pad
-from .sampling import SamplingParams, sample_tokens
+from specviz.models.distilled import fused_input
+from specviz.engine.ragged import RaggedCache, left_pad
+from specviz.engine.sampling import SamplingParams, sample_tokens
 
 
 @dataclasses.dataclass
@@ -138,7 +138,7 @@ class ModelDraft:
 
 
 class FeatureDraft(ModelDraft):
-    """A feature draft (specviz.featdraft, EAGLE): its input at position p is token x_p with the
+    """A feature draft (specviz.distill.feature, EAGLE): its input at position p is token x_p with the
     target's feature f_{p-1}, which the engine passes in (``wants_features``) from the prefill
     (``start``) and from every verify (``commit``).
 

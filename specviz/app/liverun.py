@@ -1,6 +1,6 @@
 """The app's run worker: one run in a background thread, holding the shared model lock.
 
-A :class:`LiveRun` drives :func:`specviz.runner.iter_run` in a worker thread (it never
+A :class:`LiveRun` drives :func:`specviz.run.iter_run` in a worker thread (it never
 touches Streamlit) and publishes what the page needs: the step records so far, the rows'
 outputs, telemetry samples, then the finished trace. The page polls it. Holding the model
 lock for the whole run means two browser sessions never decode on one model at once: the
@@ -18,9 +18,9 @@ import threading
 import time
 import traceback
 
-from .models import SpecvizError
-from .runner import RunConfig, iter_run, load_pair
-from .trace import summarize
+from specviz.common import SpecvizError
+from specviz.run import RunConfig, iter_run, load_pair
+from specviz.analysis.trace import summarize
 
 RUNNING = ("queued", "loading", "running", "racing")
 

@@ -11,7 +11,7 @@ already encodes almost everything the target "knows" about the text; the draft h
     prediction             g_p ~ f_p, so logits_p = lm_head(g_p) predict x_{p+1}
 
 The draft shares the target's embedding (frozen, never stored). Its output layer is the target's
-own output rows for a vocabulary map (``specviz.distill.MappedHead``, as the token draft's), kept
+own output rows for a vocabulary map (``specviz.models.distilled.MappedHead``, as the token draft's), kept
 frozen: the draft predicts the target's features, so the target's projection reads them.
 
 Training (``feature_loss``): soft cross-entropy to the target's top-k distribution plus smooth-L1
@@ -19,7 +19,7 @@ regression of g to f, with uniform noise on the input features (EAGLE), over two
 teacher-forced one, and the second draft step, where each slot reads the draft's own first guess
 and attends to the first pass's slots before it (HASS, Zhang et al. 2024).
 
-Drafting (``specviz.drafts.FeatureDraft``): the target's verify computes f for every slot it
+Drafting (``specviz.engine.proposers.FeatureDraft``): the target's verify computes f for every slot it
 verifies, so after each step the draft is fed the emitted tokens with their *true* previous
 features; its own proposals run on its *predicted* features g and are always discarded at commit.
 
@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specviz.models.distilled import fused_input
+
 
 # =============================================================================================
 # Data: the target's outputs, top-k logits and features
@@ -46,7 +48,7 @@ def generate_feature_data(target, prompts: list[str], data: Path, name: str, max
     """Answer ``prompts`` in batches into ``data/name-<batch>.pt`` with their features; batches
     already there are skipped. Batches, seeds, greedy/sampled and the deadline are
     ``distill.answer_batches``'s (``kwargs``: greedy_every, deadline, desc)."""
-    from .distill import answer_batches, prompt_batches
+    from specviz.distill.pipeline import answer_batches, prompt_batches
 
     data.mkdir(parents=True, exist_ok=True)
     shard = lambda j: data / f"{name}-{j:05d}.pt"  # noqa: E731
@@ -88,14 +90,14 @@ def build_feature_draft(target_model, vocab_map: list[int], init_layer: int | No
     """
     from torch import nn
 
-    from .distill import build_draft, draft_config
+    from specviz.models.distilled import add_feature_input, build_draft, draft_config
 
     tcfg = target_model.config
     config = draft_config(tcfg, 1)
     emb = nn.Embedding.from_pretrained(target_model.get_input_embeddings().weight.detach().float().clone(), freeze=True)
     draft = build_draft(config, emb, vocab_map)
     H = config.hidden_size
-    draft.fc = nn.Linear(2 * H, H, bias=False)
+    add_feature_input(draft)
     with torch.no_grad():
         # start as "the previous feature plus the token": fc = [I | I] / 2 (+ the default init's noise, scaled down)
         draft.fc.weight.mul_(0.1).add_(torch.cat([torch.eye(H), torch.eye(H)], dim=1) * 0.5)
@@ -109,19 +111,13 @@ def build_feature_draft(target_model, vocab_map: list[int], init_layer: int | No
     return draft
 
 
-def fused_input(draft, ids: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
-    """u = fc([embed(ids) ; feats]): [B, T] ids and [B, T, H] previous-position features -> [B, T, H]."""
-    e = draft.model.embed_tokens(ids)
-    return draft.fc(torch.cat([e, feats.to(e.dtype)], dim=-1))
-
-
 # =============================================================================================
 # Training: per sample, draft positions p = 1 .. P+n-2 (inputs x_p and f_{p-1}, targets f_p and,
 # at output positions, the target's top-k distribution)
 
 
 def feature_tensors(samples, vocab_map: list[int], vocab_size: int) -> list[dict]:
-    from .distill import inverse_map, soft_labels
+    from specviz.distill.pipeline import inverse_map, soft_labels
 
     inv = inverse_map(vocab_map, vocab_size)
     out = []
@@ -205,7 +201,7 @@ def train_forward(draft, u: torch.Tensor, mask: torch.Tensor, prev_kv=None):
 
 
 def feature_loss(draft, batch, autocast: bool):
-    from .distill import soft_ce
+    from specviz.distill.pipeline import soft_ce
 
     device = draft.fc.weight.device
     ids, mask, fin, ftgt, rows, cols, idx, p, w, top1 = (x.to(device) for x in batch)

@@ -1,10 +1,10 @@
 """The app's shared state: the session keys the pages agree on, the sidebar's values, and the
 resources every session shares (the model lock, cached models). Only this module touches
-Streamlit; the run worker (specviz.liverun) and the trace helpers never do.
+Streamlit; the run worker (specviz.app.liverun) and the trace helpers never do.
 
 The pages call everything through ``appstate``: the names re-exported below live in
-specviz.liverun (the run worker), specviz.tracestats (numbers derived from a trace) and
-specviz.correctness (the Correctness page's checks).
+specviz.app.liverun (the run worker), specviz.analysis.tracestats (numbers derived from a trace) and
+specviz.measure.correctness (the Correctness page's checks).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import threading
 
 import streamlit as st
 
-from .correctness import acceptance_distribution_check, divergence_rows  # noqa: F401
-from .liverun import HEARTBEAT_TIMEOUT_S, RUNNING, LiveRun, error_message, start_run  # noqa: F401
-from .models import SpecvizError
-from .tracestats import (alpha_from_trace, analytic_module, decoder_for, draft_cost_ratio,  # noqa: F401
-                         load_calibration, predicted_speedup)
+from specviz.measure.correctness import acceptance_distribution_check, divergence_rows  # noqa: F401
+from specviz.app.liverun import HEARTBEAT_TIMEOUT_S, RUNNING, LiveRun, error_message, start_run  # noqa: F401
+from specviz.common import SpecvizError
+from specviz.analysis.costs import trace_calibration
+from specviz.analysis.tracestats import alpha_from_trace, decoder_for, draft_cost_ratio, predicted_speedup  # noqa: F401
 
 # Session keys shared by app.py and the pages (sidebar widgets write them).
 SIDEBAR_DEFAULTS = {"target": "default", "draft_kind": "default", "draft_spec": "", "device": "auto", "dtype": "auto"}
@@ -50,8 +50,8 @@ def model_lock() -> threading.Lock:
 
 @st.cache_resource(show_spinner=False)
 def cached_model(spec: str, device: str, dtype: str):
-    """specviz.runner.get_model, cached across sessions (a SpecvizError is not cached)."""
-    from .runner import get_model
+    """specviz.run.get_model, cached across sessions (a SpecvizError is not cached)."""
+    from specviz.run import get_model
 
     return get_model(spec, device, dtype)
 
@@ -59,13 +59,20 @@ def cached_model(spec: str, device: str, dtype: str):
 @st.cache_data(show_spinner=False)
 def pair_problem(target: str, draft: str, device: str, dtype: str) -> str | None:
     """Why this target/draft pair cannot run (e.g. incompatible tokenizers), or None."""
-    from .runner import make_proposer
+    from specviz.run import make_proposer
 
     try:
         make_proposer(draft, cached_model(target, device, dtype))
     except SpecvizError as e:
         return str(e)
     return None
+
+
+def trace_costs(trace: dict | None):
+    """Fitted costs (analytic.Costs) at the trace's batch size, from the calibration of the pair,
+    device and dtype that made it; None when that pair is not calibrated."""
+    cal = trace_calibration(trace)
+    return None if cal is None else cal.costs(int(trace["config"].get("batch_size", 1)))
 
 
 def init_state() -> None:

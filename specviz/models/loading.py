@@ -19,12 +19,10 @@ from pathlib import Path
 
 import torch
 
+from specviz.common import SpecvizError, cache_dir
+
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
-
-
-class SpecvizError(Exception):
-    """A user-facing error: the CLI prints it as one line, the app shows it in the page."""
 
 
 @dataclasses.dataclass
@@ -44,12 +42,6 @@ class LoadedModel:
     def weight_bytes(self) -> int:
         # Tied embeddings are counted once: parameters() de-duplicates shared tensors.
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
-
-
-def cache_dir() -> Path:
-    """Where converted models live: $SPECVIZ_CACHE, else ~/.cache/specviz."""
-    root = os.environ.get("SPECVIZ_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "specviz")
-    return Path(root)
 
 
 def default_gguf_path() -> Path:
@@ -186,3 +178,32 @@ def check_tokenizers_agree(target_tok, draft_tok) -> None:
             problems.append(f"{attr} differs ({a} vs {b})")
     if problems:
         raise SpecvizError("draft and target tokenizers are incompatible: " + "; ".join(problems))
+
+
+def encode_prompts(tokenizer, prompts: list[str], raw: bool = False) -> list[list[int]]:
+    """Token ids exactly as the model sees them: the chat template when the tokenizer has one."""
+    out = []
+    for p in prompts:
+        if not raw and getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            ids = tokenizer.encode(text, add_special_tokens=False)
+        else:
+            ids = tokenizer.encode(p)
+        if not ids:
+            raise SpecvizError(f"prompt {p!r} encodes to no tokens")
+        out.append(ids)
+    return out
+
+
+# ---- loading, cached per (spec, device, dtype) ------------------------------------------------
+
+_models: dict = {}
+_models_lock = threading.Lock()
+
+
+def get_model(spec: str, device: str = "auto", dtype: str = "auto"):
+    key = (spec, str(resolve_device(device)), str(resolve_dtype(dtype, resolve_device(device))))
+    with _models_lock:
+        if key not in _models:
+            _models[key] = load_model(spec, device, dtype)
+        return _models[key]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from . import fastllama
+from specviz.models import fastllama
 
 
 def contiguous_head_input(model: torch.nn.Module) -> None:

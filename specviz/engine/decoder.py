@@ -3,7 +3,7 @@
 One step, for every active row b at once:
   draft   the proposer proposes n_b <= k tokens (k from the draft-length policy)
   verify  ONE batched target forward over k+1 slots per row: [last token, d_1..d_k]
-  accept  the acceptance rule (specviz.sampling) -> a_b accepted + 1 recovered/bonus token
+  accept  the acceptance rule (specviz.engine.sampling) -> a_b accepted + 1 recovered/bonus token
   step    rejected slots become holes in both caches, outputs grow by a_b + 1, finished rows
           (EOS, max tokens) leave the batch
 Regular decoding is the same loop with k = 0, so every comparison is like for like.
@@ -20,8 +20,8 @@ from typing import Iterator
 
 import torch
 
-from .ragged import RaggedCache, left_pad
-from .sampling import SamplingParams, accept_reference
+from specviz.engine.ragged import RaggedCache, left_pad
+from specviz.engine.sampling import SamplingParams, accept_reference
 
 
 @dataclasses.dataclass
@@ -71,9 +71,9 @@ class SpecDecoder:
 
     def __init__(
         self,
-        target,  # specviz.models.LoadedModel
-        proposer,  # a specviz.drafts proposer, or None for regular decoding
-        controller,  # draft-length policy (specviz.controllers)
+        target,  # specviz.models.loading.LoadedModel
+        proposer,  # a specviz.engine.proposers proposer, or None for regular decoding
+        controller,  # draft-length policy (specviz.engine.policies)
         prompts: list[str],
         prompt_ids: list[list[int]],
         params: SamplingParams,

@@ -14,13 +14,15 @@ from typing import Callable, Iterator
 
 import torch
 
-from .controllers import COST_AWARE, make_controller
-from .distill import get_distilled_draft, is_distilled_draft
-from .drafts import FeatureDraft, ModelDraft, NgramDraft
-from .engine import SpecDecoder
-from .models import SpecvizError, check_tokenizers_agree, load_model, resolve_device, resolve_dtype
-from .sampling import SamplingParams
-from .trace import build_trace, sequence_record
+from specviz.engine.policies import COST_AWARE, make_controller
+from specviz.models.distilled import get_distilled_draft, is_distilled_draft
+from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
+from specviz.engine.decoder import SpecDecoder
+from specviz.common import SpecvizError
+from specviz.models.loading import check_tokenizers_agree, encode_prompts, get_model, resolve_device, resolve_dtype
+from specviz.engine.sampling import SamplingParams
+from specviz.analysis.trace import build_trace, sequence_record
+from specviz.prompts.files import read_prompts  # noqa: F401  (re-exported for the CLI)
 
 NON_MODEL_DRAFTS = ("ngram", "none")
 
@@ -96,67 +98,9 @@ class RunConfig:
         return d
 
 
-def read_prompts(path: str) -> list[str]:
-    """One prompt per line, or JSONL with a "prompt" key."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecvizError(f"prompts file not found: {path}")
-    prompts = []
-    for n, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        if line.lstrip().startswith("{"):
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise SpecvizError(f"{path}:{n}: invalid JSON line") from None
-            if not isinstance(obj, dict) or "prompt" not in obj:
-                raise SpecvizError(f"{path}:{n}: JSONL lines need a \"prompt\" key")
-            prompts.append(str(obj["prompt"]))
-        else:
-            prompts.append(line)
-    if not prompts:
-        raise SpecvizError(f"prompts file {path} has no prompts")
-    return prompts
-
-
-def encode_prompts(tokenizer, prompts: list[str], raw: bool = False) -> list[list[int]]:
-    """Token ids exactly as the model sees them: the chat template when the tokenizer has one."""
-    out = []
-    for p in prompts:
-        if not raw and getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-            ids = tokenizer.encode(text, add_special_tokens=False)
-        else:
-            ids = tokenizer.encode(p)
-        if not ids:
-            raise SpecvizError(f"prompt {p!r} encodes to no tokens")
-        out.append(ids)
-    return out
-
-
-# ---- loading, cached per (spec, device, dtype) ------------------------------------------------
-
-_models: dict = {}
-_models_lock = threading.Lock()
-
-
-def get_model(spec: str, device: str = "auto", dtype: str = "auto"):
-    key = (spec, str(resolve_device(device)), str(resolve_dtype(dtype, resolve_device(device))))
-    with _models_lock:
-        if key not in _models:
-            _models[key] = load_model(spec, device, dtype)
-        return _models[key]
-
-
 # The distilled draft shipped for the packaged target (specviz distill on an H200; its README has
 # the command, data and held-out metrics).
 DEFAULT_DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft-SmolLM2-135M-Instruct"
-
-
-def tokens_per_s(traces: list[dict]) -> float:
-    """Throughput over several runs (e.g. RunConfig.every_prompt's batches): tokens / wall time."""
-    return sum(t["summary"]["tokens"] for t in traces) / sum(t["summary"]["wall_s"] for t in traces)
 
 
 def resolve_draft_spec(draft: str, target) -> str:
@@ -217,7 +161,7 @@ def hardware_info(device: torch.device, dtype: torch.dtype) -> dict:
             pass
         info["device_name"] = name or "cpu"
     try:
-        from .telemetry import cached_peaks  # optional: peak figures measured once per device
+        from specviz.telemetry import cached_peaks  # optional: peak figures measured once per device
 
         info.update(cached_peaks(device, dtype) or {})
     except Exception:
@@ -233,7 +177,7 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     k = cfg.draft_length if proposer is not None else 0
     cargs = dict(cfg.controller_args)
     if cfg.controller in COST_AWARE and proposer is not None and "costs" not in cargs:
-        from .calibrate import load_calibration
+        from specviz.analysis.costs import load_calibration
 
         cal = load_calibration(target, proposer)
         if cal is not None:
@@ -290,7 +234,7 @@ def run(cfg: RunConfig, target=None, proposer=None, on_step: Callable | None = N
 
 def _start_telemetry(device):
     try:
-        from .telemetry import Sampler
+        from specviz.telemetry import Sampler
     except ImportError:
         return None
     try:

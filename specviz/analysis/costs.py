@@ -1,0 +1,78 @@
+"""The calibration record: fitted target and draft cost models, the engine's per-step overhead,
+and where `python -m specviz calibrate` keeps it (one file per target, draft, device and dtype)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from specviz.analysis.analytic import CostModel, Costs
+from specviz.common import cache_dir
+
+
+@dataclasses.dataclass
+class Calibration:
+    target: str
+    draft: str
+    device: str
+    dtype: str
+    target_cost: CostModel
+    draft_cost: CostModel
+    overhead: dict  # batch size -> seconds of engine work per step outside forwards
+    residuals: dict  # model -> relative residuals of the fit
+    samples: dict  # model -> [(b, n, seconds)]
+    created: str = ""  # when it was measured (UTC, ISO 8601): a stale calibration misleads every prediction
+
+    def overhead_at(self, b: int) -> float:
+        keys = sorted(int(x) for x in self.overhead)
+        xs = np.array(keys, float)
+        ys = np.array([self.overhead[str(x)] if str(x) in self.overhead else self.overhead[x] for x in keys])
+        return float(np.interp(b, xs, ys))
+
+    def costs(self, b: int) -> Costs:
+        return Costs(target=self.target_cost, draft=self.draft_cost, overhead=self.overhead_at(b))
+
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["overhead"] = {str(k): v for k, v in self.overhead.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Calibration":
+        d = dict(d)
+        d["target_cost"] = CostModel(**d["target_cost"])
+        d["draft_cost"] = CostModel(**d["draft_cost"])
+        return cls(**d)
+
+
+def calibration_path(target_name: str, draft_name: str, device, dtype) -> Path:
+    dtype = str(dtype) if str(dtype).startswith("torch.") else f"torch.{dtype}"  # a trace records "bfloat16"
+    safe = lambda s: "".join(c if c.isalnum() or c in "-_." else "_" for c in str(s))  # noqa: E731
+    return cache_dir() / "calibration" / f"{safe(target_name)}__{safe(draft_name)}__{safe(device)}__{safe(dtype)}.json"
+
+
+def load_calibration(target, proposer) -> Calibration | None:
+    """The calibration of this loaded pair on its device and dtype, or None."""
+    return read_calibration(calibration_path(target.name, getattr(proposer, "name", "none"), target.device, target.dtype))
+
+
+def trace_calibration(trace: dict | None) -> Calibration | None:
+    """The calibration of the pair, device and dtype a trace was made with, or None (never another
+    pair's: a prediction for the wrong pair misleads more than none)."""
+    cfg = (trace or {}).get("config", {})
+    names = [cfg.get("target_name"), cfg.get("draft_name"), cfg.get("device"), cfg.get("dtype")]
+    if None in names:
+        return None
+    return read_calibration(calibration_path(*names))
+
+
+def read_calibration(p: Path) -> Calibration | None:
+    if not p.is_file():
+        return None
+    try:
+        return Calibration.from_json(json.loads(p.read_text()))
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,186 @@
+"""The distilled-draft format: what `python -m specviz distill` writes and how a run loads it.
+
+A distilled draft is a LlamaForCausalLM at the target's width that shares the target's *frozen
+input embedding* (never stored) and has an output head over a vocabulary map (the tokens the
+target emits most; the rest get logit -inf, so they are never proposed). A feature draft
+(EAGLE, ``kind: feature``) adds ``fc``, which fuses a token's embedding with the target's
+feature at the previous position (:func:`fused_input`).
+
+Saved layout (Hugging Face style):
+    DIR/config.json          LlamaConfig: vocab_size = the target's, tie_word_embeddings = false
+    DIR/model.safetensors    the draft's own weights in bf16; lm_head.weight is [n_map, hidden]
+    DIR/specviz_draft.json   {"format", "target", "embedding": "from_target", "vocab_map": [ids], "kind"...}
+    DIR/tokenizer files, report.json, README.md
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specviz.common import SpecvizError
+from specviz.models.loading import LoadedModel
+
+DRAFT_FORMAT = "specviz-distilled-draft"
+DRAFT_FILE = "specviz_draft.json"
+
+
+class MappedHead(nn.Module):
+    """Linear(hidden -> n_map) scattered into the full target vocabulary; unmapped tokens = -inf.
+
+    ``forward`` gives [..., V] logits, so the draft plugs into RaggedCache / ModelDraft like any
+    causal LM; ``reduced`` gives the [..., n_map] logits training uses.
+    """
+
+    def __init__(self, hidden: int, vocab_map: list[int], vocab_size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(len(vocab_map), hidden))  # [n_map, hidden]
+        self.register_buffer("vocab_map", torch.as_tensor(vocab_map, dtype=torch.long), persistent=False)  # [n_map]
+        self.vocab_size = vocab_size
+
+    def reduced(self, h: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(h, self.weight)  # [..., n_map]
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        r = self.reduced(h)  # [B, T, n_map]
+        out = r.new_full((*r.shape[:-1], self.vocab_size), float("-inf"))  # [B, T, V]
+        return out.index_copy_(-1, self.vocab_map, r)
+
+
+def draft_config(target_config, layers: int):
+    from transformers import LlamaConfig
+
+    if getattr(target_config, "model_type", None) != "llama":
+        raise SpecvizError(f"distill supports llama-style targets (got model_type {target_config.model_type!r})")
+    d = target_config.to_dict()
+    for key in ("layer_types", "quantization_config", "_name_or_path", "_model_name_or_path", "architectures"):
+        d.pop(key, None)
+    d.update(num_hidden_layers=layers, tie_word_embeddings=False, architectures=["LlamaForCausalLM"])
+    return LlamaConfig(**d)
+
+
+def build_draft(config, embedding: nn.Embedding, vocab_map: list[int]):
+    """A LlamaForCausalLM whose embed_tokens is ``embedding`` (frozen) and lm_head a MappedHead."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM(config)
+    model.model.embed_tokens = embedding
+    embedding.weight.requires_grad_(False)
+    model.lm_head = MappedHead(config.hidden_size, vocab_map, config.vocab_size)
+    return model
+
+
+def own_state_dict(draft) -> dict[str, torch.Tensor]:
+    """The draft's own weights (everything but the shared embedding), bf16, HF key names."""
+    sd = {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
+    return {k: v.detach().to(torch.bfloat16).contiguous() for k, v in sd.items()}
+
+
+def embedding_fingerprint(embedding: nn.Embedding) -> float:
+    """A cheap check that a target's embedding is the one the draft was trained on."""
+    return float(embedding.weight.detach()[:512].float().abs().mean())
+
+
+def save_draft(draft, out: Path, target, vocab_map: list[int], extra: dict | None = None) -> None:
+    from safetensors.torch import save_file
+
+    import copy
+
+    out.mkdir(parents=True, exist_ok=True)
+    config = copy.deepcopy(draft.config)
+    config.dtype = torch.bfloat16  # what the safetensors hold, whatever precision training ran in
+    config.to_json_file(out / "config.json")
+    save_file(own_state_dict(draft), str(out / "model.safetensors"), metadata={"format": "pt"})
+    meta = {"format": DRAFT_FORMAT, "version": 1, "target": target.spec, "target_name": target.name,
+            "embedding": "from_target", "embedding_fingerprint": embedding_fingerprint(target.model.get_input_embeddings()),
+            "vocab_size": int(draft.config.vocab_size), "vocab_map": [int(t) for t in vocab_map], **(extra or {})}
+    (out / DRAFT_FILE).write_text(json.dumps(meta))
+    try:
+        target.tokenizer.save_pretrained(out)
+    except Exception:  # a tokenizer without save support: the draft still loads from the target's
+        pass
+
+
+def is_distilled_draft(spec: str) -> bool:
+    """True for a directory written by :func:`save_draft` (it has a specviz_draft.json)."""
+    return (Path(spec).expanduser() / DRAFT_FILE).is_file()
+
+
+_loaded: dict = {}
+
+
+def get_distilled_draft(path, target) -> "DistilledDraft":
+    """:func:`load_distilled_draft`, cached per (directory, its weights' mtime, target)."""
+    p = Path(path).expanduser().resolve()
+    key = (str(p), (p / "model.safetensors").stat().st_mtime_ns if (p / "model.safetensors").exists() else 0,
+           id(target.model))
+    if key not in _loaded:
+        _loaded[key] = load_distilled_draft(path, target)
+    return _loaded[key]
+
+
+@dataclasses.dataclass
+class DistilledDraft(LoadedModel):
+    kind: str = "token"  # "token" (ModelDraft) or "feature" (FeatureDraft: specviz.distill.feature)
+
+    @property
+    def weight_bytes(self) -> int:
+        # A forward reads only B x T rows of the shared embedding, not the whole table.
+        emb = self.model.get_input_embeddings().weight
+        return super().weight_bytes - emb.numel() * emb.element_size()
+
+
+def load_distilled_draft(path, target) -> DistilledDraft:
+    """Load a distilled draft for a loaded target (whose input embedding it shares)."""
+    from safetensors.torch import load_file
+
+    p = Path(path).expanduser()
+    try:
+        meta = json.loads((p / DRAFT_FILE).read_text())
+    except (OSError, ValueError) as e:
+        raise SpecvizError(f"{path} is not a distilled draft: cannot read {DRAFT_FILE} ({e})") from None
+    if meta.get("format") != DRAFT_FORMAT or meta.get("embedding") != "from_target":
+        raise SpecvizError(f"{path}/{DRAFT_FILE}: unknown format {meta.get('format')!r}")
+    from transformers import LlamaConfig
+
+    config = LlamaConfig.from_pretrained(p)
+    emb = target.model.get_input_embeddings()
+    V = target.model.config.vocab_size
+    if meta["vocab_size"] != V or emb.weight.shape != (V, config.hidden_size):
+        raise SpecvizError(f"draft {path} belongs to a target with vocabulary {meta['vocab_size']} and width "
+                           f"{config.hidden_size}; this target has {V} and {emb.weight.shape[1]}")
+    fp = embedding_fingerprint(emb)
+    if not math.isclose(fp, meta["embedding_fingerprint"], rel_tol=2e-2):
+        raise SpecvizError(f"draft {path} was trained for target {meta['target']!r}: this target's embedding differs")
+    model = build_draft(config, emb, meta["vocab_map"])
+    kind = meta.get("kind", "token")
+    if kind == "feature":
+        add_feature_input(model)
+    elif kind != "token":
+        raise SpecvizError(f"{path}/{DRAFT_FILE}: unknown draft kind {kind!r}")
+    sd = load_file(str(p / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if not k.startswith("model.embed_tokens.")]
+    if missing or unexpected:
+        raise SpecvizError(f"draft {path}: weights do not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model.to(device=target.device, dtype=target.dtype).eval()
+    model.model.embed_tokens = emb  # .to() may have copied it when dtypes differed: share again
+    return DistilledDraft(spec=str(path), name=f"{p.name} (distilled{', feature' if kind == 'feature' else ''})",
+                          model=model, tokenizer=target.tokenizer, device=target.device, dtype=target.dtype, kind=kind)
+
+
+def add_feature_input(model) -> None:
+    """Give a draft the feature draft's input projection fc: [embed ; feature] (2H) -> H, no bias."""
+    H = model.config.hidden_size
+    model.fc = nn.Linear(2 * H, H, bias=False)
+
+
+def fused_input(draft, ids: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+    """u = fc([embed(ids) ; feats]): [B, T] ids and [B, T, H] previous-position features -> [B, T, H]."""
+    e = draft.model.embed_tokens(ids)  # [B, T, H]
+    return draft.fc(torch.cat([e, feats.to(e.dtype)], dim=-1))  # [B, T, 2H] -> [B, T, H]
