@@ -33,7 +33,7 @@ def get_accept_fn(force: str | None = None) -> AcceptFn:
     if impl == "torch":
         return accept_reference
     try:
-        from .spec_verify import accept_triton
+        from kernels.spec_verify import accept_triton
     except ImportError as e:  # triton missing
         raise RuntimeError(f"the triton acceptance kernel was requested but cannot be imported: {e}") from e
     return accept_triton

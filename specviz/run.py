@@ -189,8 +189,23 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
                           f"{target.device} ({target.dtype}); it picks k from the batch-1 formula (cost ratio 0.1) "
                           f"until `python -m specviz calibrate` runs for this pair", stacklevel=2)
     controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cargs)
+    return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens, cfg.params, cfg.seed, prompts=prompts,
+                           controller=controller, accept_fn=accept_fn)
+
+
+def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
+                    params: SamplingParams | None = None, seed: int = 0, prompts: list[str] | None = None,
+                    controller=None, accept_fn=None, keep_hidden: bool = False) -> SpecDecoder:
+    """The one place a SpecDecoder is built: over already-encoded prompts (measurements, data
+    generation, exactness checks), with a fixed draft length k unless a policy is given; regular
+    decoding when there is no proposer or k = 0."""
+    if controller is None:
+        k = k if proposer is not None else 0
+        proposer = proposer if k else None
+        controller = make_controller("fixed", k)
     kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
-    return SpecDecoder(target, proposer, controller, prompts, ids, cfg.params, cfg.max_new_tokens, cfg.seed, **kwargs)
+    return SpecDecoder(target, proposer, controller, prompts if prompts is not None else [""] * len(prompt_ids),
+                       prompt_ids, params or SamplingParams(), max_new_tokens, seed, keep_hidden=keep_hidden, **kwargs)
 
 
 def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn=None) -> Iterator[tuple[SpecDecoder, dict | None]]:

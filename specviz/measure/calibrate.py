@@ -18,6 +18,8 @@ import torch
 from specviz.analysis.analytic import CostModel, fit_cost_model
 from specviz.analysis.costs import Calibration, calibration_path, load_calibration  # noqa: F401
 from specviz.engine.decoder import _sync
+from specviz.models.loading import encode_prompts
+from specviz.run import decoder_for_ids
 from specviz.engine.ragged import RaggedCache
 
 
@@ -69,16 +71,10 @@ def _relative(samples, model: CostModel) -> list[float]:
 def measure_overhead(target, proposer, batch_sizes, target_cost: CostModel, draft_cost: CostModel,
                      k: int = 2, prompt: str = "Tell me a long story about a dragon.") -> dict:
     """Per-step engine time outside the model forwards, from short real runs (median over steps)."""
-    from specviz.engine.policies import Fixed
-    from specviz.engine.decoder import SpecDecoder
-    from specviz.run import encode_prompts
-    from specviz.engine.sampling import SamplingParams
-
     ids = encode_prompts(target.tokenizer, [prompt])[0]
     out = {}
     for b in batch_sizes:
-        kk = k if proposer is not None else 0
-        dec = SpecDecoder(target, proposer, Fixed(kk), [prompt] * b, [ids] * b, SamplingParams(), 12)
+        dec = decoder_for_ids(target, proposer, [ids] * b, k, 12, prompts=[prompt] * b)
         gaps = []
         for s in dec.steps():
             total = s["t_draft"] + s["t_verify"] + s["t_accept"] + s["t_bookkeeping"]

@@ -15,9 +15,8 @@ import dataclasses
 
 import torch
 
-from specviz.engine.policies import Fixed
-from specviz.engine.decoder import SpecDecoder
 from specviz.engine.sampling import SamplingParams, accept_reference, process_logits
+from specviz.run import decoder_for_ids
 
 
 @dataclasses.dataclass
@@ -31,8 +30,7 @@ class RowCheck:
 
 
 def greedy_outputs(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int) -> list[list[int]]:
-    dec = SpecDecoder(target, proposer, Fixed(k if proposer is not None else 0), [""] * len(prompt_ids),
-                      prompt_ids, SamplingParams(), max_new_tokens)
+    dec = decoder_for_ids(target, proposer, prompt_ids, k, max_new_tokens)
     for _ in dec.steps():
         pass
     return [r.output for r in dec.rows]

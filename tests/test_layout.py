@@ -1,0 +1,140 @@
+"""The house rules, checked from the source so they cannot silently regress (docs/ARCHITECTURE.md):
+imports run one way between layers, no circles, no module over the size limit, and the
+SpecDecoder is built in one place."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "specviz"
+
+# Layers from the bottom up. A module may import its own layer's modules and any lower layer's,
+# never a higher one's. analysis, prompts and telemetry sit beside each other on the ground floor
+# and do not import each other.
+LAYERS = [
+    {"specviz.common"},
+    {"specviz.analysis", "specviz.prompts", "specviz.telemetry"},
+    {"specviz.models"},
+    {"specviz.engine"},  # with kernels/: the engine's hot step, reached through kernels.get_accept_fn
+    {"specviz.run"},
+    {"specviz.measure"},
+    {"specviz.distill"},
+    {"specviz.app", "specviz.cli"},
+    {"specviz.__main__"},
+]
+MAX_LINES = 400
+
+
+def component(module: str) -> str | None:
+    if module == "kernels" or module.startswith("kernels."):
+        return "specviz.engine"
+    for layer in LAYERS:
+        for c in layer:
+            if module == c or module.startswith(c + "."):
+                return c
+    return None
+
+
+def rank(c: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if c in layer)
+
+
+def modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        name = ".".join(rel.parts).removesuffix(".__init__")
+        yield name, path
+
+
+def imports_of(path: Path) -> list[tuple[str, int]]:
+    """Every specviz/kernels module this file imports, at any depth (lazy imports count too)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: relative import (write specviz.x.y in full)"
+            base = node.module or ""
+            out.append((base, node.lineno))
+            out += [(f"{base}.{a.name}", node.lineno) for a in node.names]  # `from specviz.app import charts`
+    return [(m, n) for m, n in out if m.split(".")[0] in ("specviz", "kernels")]
+
+
+def resolve(name: str, known: set[str]) -> str | None:
+    """The module an imported name refers to (``specviz.a.b.func`` -> ``specviz.a.b``)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def graph() -> dict[str, set[str]]:
+    mods = dict(modules())
+    mods.update({"kernels": ROOT / "kernels" / "__init__.py", "kernels.spec_verify": ROOT / "kernels" / "spec_verify.py"})
+    known = set(mods)
+    g = {}
+    for name, path in mods.items():
+        g[name] = {r for m, _ in imports_of(path) if (r := resolve(m, known)) and r != name and r not in ("specviz",)}
+    return g
+
+
+def test_every_module_belongs_to_a_layer():
+    assert [name for name, _ in modules() if name != "specviz" and component(name) is None] == []
+
+
+def test_imports_never_run_up_a_layer_or_sideways_between_ground_floor_parts():
+    bad = []
+    for name, deps in graph().items():
+        c = component(name)
+        if c is None:
+            continue
+        for d in deps:
+            cd = component(d)
+            if cd is None or cd == c:
+                continue
+            if rank(cd) >= rank(c):
+                bad.append(f"{name} imports {d}")
+    assert bad == []
+
+
+def test_measure_never_imports_distill_and_the_engine_never_imports_streamlit():
+    for name, path in modules():
+        text = path.read_text()
+        if name.startswith(("specviz.engine", "specviz.models", "specviz.analysis", "specviz.run", "specviz.measure")):
+            assert "import streamlit" not in text, name
+
+
+def test_there_is_no_import_circle():
+    g = graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for d in g.get(n, ()):
+            if state.get(d) == 1:
+                raise AssertionError("import circle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[n] = 2
+
+    for n in g:
+        if n not in state:
+            visit(n)
+
+
+def test_no_module_is_over_the_size_limit():
+    long = {str(p.relative_to(ROOT)): n for _, p in modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_the_decoder_is_built_only_in_run():
+    builders = []
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "SpecDecoder":
+                builders.append(name)
+    assert set(builders) <= {"specviz.run"}, builders
