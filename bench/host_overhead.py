@@ -1,0 +1,119 @@
+"""The engine's host floor: per-step time that is not model compute, with a model so small that its
+forward costs a fraction of a millisecond (a random llama-style target of 2 layers, width 64, with
+the packaged tokenizer's 49,152-token vocabulary). On a GPU every step of every model pays this
+floor; on the CPU it hides under 20-35 ms forwards of the real model.
+
+    python bench/host_overhead.py [--batch-sizes 1,8,64] [--draft-lengths 0,2,4] [--max-new-tokens 32]
+
+For each draft (prompt-lookup n-grams, and a 1-layer width-64 model draft) and each (B, k) it runs
+the engine through specviz.run.decoder_for_ids (fp32, greedy, EOS off so every row runs to
+max new tokens) and prints the median per step of:
+
+    wall        the whole step (draft + verify + accept + bookkeeping, as the trace records it)
+    forward     time inside the lean llama forward (specviz.models.fastllama.forward), target and draft
+    host        wall - forward: everything else the engine does per step, split into
+      draft     the draft phase outside the draft's forwards (n-gram lookup, per-row loops, sampling)
+      verify    the verify phase outside the target forward (ids, slot masks)
+      accept    the acceptance rule (specviz.engine.sampling / kernels)
+      bookkeep  rollback, crop, compaction, per-row outputs and step records
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from specviz.engine import ragged  # noqa: E402
+from specviz.engine.proposers import ModelDraft, NgramDraft  # noqa: E402
+from specviz.models.loading import LoadedModel, encode_prompts, get_model  # noqa: E402
+from specviz.prompts.sets import CHAT  # noqa: E402
+from specviz.run import decoder_for_ids  # noqa: E402
+
+_forward_s: dict = defaultdict(float)  # id(model) -> seconds inside fastllama.forward
+
+
+def _timed_forward(inner):
+    def forward(model, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return inner(model, *args, **kwargs)
+        finally:
+            _forward_s[id(model)] += time.perf_counter() - t
+    return forward
+
+
+def tiny_llama(vocab: int, layers: int, width: int, tokenizer, seed: int) -> LoadedModel:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg).eval()
+    return LoadedModel(spec=f"random-llama-{layers}x{width}", name=f"random-llama-{layers}x{width} (synthetic)",
+                       model=model, tokenizer=tokenizer, device=torch.device("cpu"), dtype=torch.float32)
+
+
+def measure(target, proposer, prompt_ids, k: int, max_new: int) -> dict:
+    dec = decoder_for_ids(target, proposer, prompt_ids, k, max_new)
+    dec.eos = set()  # random weights: every row runs to max_new_tokens, so steps are comparable
+    draft_model = getattr(getattr(proposer, "loaded", None), "model", None)
+    rows = []
+    before = (0.0, 0.0)
+    for rec in dec.steps():
+        t_fwd, d_fwd = _forward_s[id(target.model)], _forward_s[id(draft_model)] if draft_model is not None else 0.0
+        if rec["step"] == 0:  # the first step also paid the prefill's forwards: measure from here on
+            before = (t_fwd, d_fwd)
+            continue
+        tv, dv = t_fwd - before[0], d_fwd - before[1]
+        before = (t_fwd, d_fwd)
+        wall = rec["t_draft"] + rec["t_verify"] + rec["t_accept"] + rec["t_bookkeeping"]
+        rows.append({"wall": wall, "forward": tv + dv, "host": wall - tv - dv, "draft": rec["t_draft"] - dv,
+                     "verify": rec["t_verify"] - tv, "accept": rec["t_accept"], "bookkeep": rec["t_bookkeeping"]})
+    return {key: statistics.median(r[key] for r in rows) for key in rows[0]} if rows else {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch-sizes", default="1,8,64")
+    ap.add_argument("--draft-lengths", default="0,2,4")
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (default 1: the floor is single-threaded host work, and spinning OpenMP "
+                         "threads make a tiny model's forward 30x slower when another process is busy; 0: torch's default)")
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    ragged.fastllama.forward = _timed_forward(ragged.fastllama.forward)
+    tok = get_model("default", "cpu", "float32").tokenizer  # only the tokenizer: the model is synthetic
+    V = len(tok)
+    target = tiny_llama(V, 2, 64, tok, seed=0)
+    draft_model = tiny_llama(V, 1, 64, tok, seed=1)
+    drafts = {"ngram": lambda: NgramDraft(max_ngram=3, device=target.device),
+              "model 1x64": lambda: ModelDraft(draft_model, vocab_size=V)}
+    prompts = encode_prompts(tok, CHAT)
+    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, target {target.name}, "
+          f"{sum(p.numel() for p in target.model.parameters()) / 1e6:.1f}M params, fp32, {a.max_new_tokens} new tokens")
+    print(f"{'draft':>10} {'B':>3} {'k':>2} | {'wall':>7} {'forward':>7} {'host':>7} | {'draft':>7} {'verify':>7} "
+          f"{'accept':>7} {'bookkeep':>8}   (ms per step, median)")
+    for B in [int(x) for x in a.batch_sizes.split(",")]:
+        ids = [prompts[i % len(prompts)] for i in range(B)]
+        for k in [int(x) for x in a.draft_lengths.split(",")]:
+            for name, make in (drafts.items() if k else [("regular", lambda: None)]):
+                measure(target, make(), ids[:1], k, 4)  # warm this shape family up
+                m = measure(target, make(), ids, k, a.max_new_tokens)
+                print(f"{name:>10} {B:>3} {k:>2} | " + " ".join(f"{1e3 * m[c]:7.2f}" for c in ("wall", "forward", "host"))
+                      + " | " + " ".join(f"{1e3 * m[c]:7.2f}" for c in ("draft", "verify", "accept"))
+                      + f" {1e3 * m['bookkeep']:8.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
