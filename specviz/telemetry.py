@@ -1,4 +1,5 @@
-"""Hardware use: a background utilization sampler, MBU / MFU arithmetic, measured peaks.
+"""Hardware use: a background utilization sampler and measured peaks (the MBU / MFU arithmetic
+is specviz.analysis.hardware).
 
 The sampler reads NVML on a GPU machine (``util_pct`` = NVML ``utilization.gpu`` = % of the
 sample window in which at least one kernel ran: label it "kernel-busy %", it is not
@@ -72,22 +73,42 @@ class _NvmlProbe:
 
 
 class _PsutilProbe:
+    """This process's CPU time over the wall time since the previous reading, as % of the cores
+    it may run on. psutil's own cpu_percent(None) divides by whatever wall time passed since the
+    last call: the sampler's last reading at stop() can come a millisecond after the previous
+    one, and 10 ms of CPU-time granularity over 1 ms of wall read as ~1000% per core (seen as
+    ~4000% on a 2-core machine). So a reading needs MIN_WINDOW_S of wall time (else it repeats
+    the previous value) and is clamped to 0..100."""
+
     source = "psutil"
+    MIN_WINDOW_S = 0.05
 
     def __init__(self):
         import psutil
 
         self._psutil = psutil
         self._process = psutil.Process()
-        self._cpus = psutil.cpu_count() or 1
-        # cpu_percent(None) measures since the previous call: prime both so the first read is real.
-        self._process.cpu_percent(None)
+        try:
+            self._cpus = len(os.sched_getaffinity(0))  # the cores this process may use (a container's share)
+        except (AttributeError, OSError):
+            self._cpus = psutil.cpu_count() or 1
+        self._last = (time.perf_counter(), self._cpu_seconds())
+        self._proc_pct = 0.0
         psutil.cpu_percent(None)
 
+    def _cpu_seconds(self) -> float:
+        t = self._process.cpu_times()
+        return t.user + t.system
+
     def read(self) -> dict:
-        proc_pct = self._process.cpu_percent(None)  # 100 = one core busy
+        now, cpu = time.perf_counter(), self._cpu_seconds()
+        wall = now - self._last[0]
+        if wall >= self.MIN_WINDOW_S:
+            self._proc_pct = 100.0 * (cpu - self._last[1]) / wall  # 100 = one core busy
+            self._last = (now, cpu)
+        proc_pct = min(max(self._proc_pct, 0.0), 100.0 * self._cpus)
         return {
-            "util_pct": proc_pct / self._cpus,  # 100 = every core busy with this process
+            "util_pct": proc_pct / self._cpus,  # 100 = every core this process may use, busy with it
             "mem_bytes": int(self._process.memory_info().rss),
             "proc_cpu_pct": proc_pct,
             "sys_cpu_pct": self._psutil.cpu_percent(None),  # whole machine, 100 = all cores
@@ -207,46 +228,6 @@ class Sampler:
             self.errors += 1
             return
         self._samples.append({"t": time.perf_counter() - self.t0, **reading, "source": self.source})
-
-
-# ---------------------------------------------------------------------------------------------
-# Utilization arithmetic (SPECDEC.md, "Measuring hardware use")
-
-
-def _ratio(numerator: float, seconds: float, peak: float) -> float:
-    if seconds <= 0 or peak <= 0:
-        return math.nan
-    return numerator / seconds / peak
-
-
-def mbu(weight_bytes: float, kv_bytes: float, seconds: float, peak_bytes_per_s: float) -> float:
-    """Model bandwidth utilization (fraction, 0..1): ((weight + KV bytes read) / seconds) / peak B/s.
-
-    Count weights once per *forward* (not per emitted token, else MBU can exceed 1); ``seconds``
-    is that forward's time. NaN when seconds or peak is not positive.
-    """
-    return _ratio(weight_bytes + kv_bytes, seconds, peak_bytes_per_s)
-
-
-def mfu(flops: float, seconds: float, peak_flops: float) -> float:
-    """Model FLOP/s utilization (fraction, 0..1): (flops / seconds) / peak FLOP/s. NaN if undefined."""
-    return _ratio(flops, seconds, peak_flops)
-
-
-def forward_flops(num_params: int, tokens: int, n_layers: int = 0, context: int = 0, d_attn: int = 0) -> float:
-    """FLOPs of one forward over ``tokens`` tokens: tokens (2 N + 2 n_layers context d_attn).
-
-    Kaplan et al. 2020 (arXiv 2001.08361), Table 1: forward FLOPs per token ~ 2N + 2 n_layer
-    n_ctx d_attn, N = parameters doing matmuls (a tied embedding counts once: it is the LM
-    head), ``context`` = tokens attended to (the cache length). Omit the attention terms for
-    the 2N-per-token estimate.
-    """
-    return float(tokens) * (2.0 * num_params + 2.0 * n_layers * context * d_attn)
-
-
-def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, tokens: int, bytes_per_element: int) -> int:
-    """Bytes of K and V for ``tokens`` cached positions of one row: 2 n_layers n_kv_heads head_dim tokens B."""
-    return 2 * n_layers * n_kv_heads * head_dim * tokens * bytes_per_element
 
 
 # ---------------------------------------------------------------------------------------------
