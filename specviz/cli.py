@@ -9,7 +9,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 from specviz.common import SpecvizError
 
@@ -115,102 +114,41 @@ def cmd_run(a) -> int:
     return 0
 
 
-def _peer_generate(target, proposer, cfg) -> float | None:
-    """transformers' generate(assistant_model=...) at batch 1 (or prompt lookup for ngram): tokens/s."""
-    from specviz.run import encode_prompts
-
-    import torch
-
-    kwargs = {"max_new_tokens": cfg.max_new_tokens, "do_sample": False, "num_assistant_tokens": cfg.draft_length,
-              "num_assistant_tokens_schedule": "constant", "temperature": None, "top_p": None, "top_k": None}
-    if getattr(proposer, "kind", None) == "model":
-        kwargs["assistant_model"] = proposer.model
-    elif getattr(proposer, "kind", None) == "ngram":
-        kwargs["prompt_lookup_num_tokens"] = cfg.draft_length
-        kwargs.pop("num_assistant_tokens"), kwargs.pop("num_assistant_tokens_schedule")
-    else:
-        return None
-    tokens, t = 0, 0.0
-    for ids in encode_prompts(target.tokenizer, cfg.prompts, cfg.raw_prompt):
-        x = torch.tensor([ids], device=target.device)
-        t0 = time.perf_counter()
-        out = target.model.generate(x, attention_mask=torch.ones_like(x), pad_token_id=target.tokenizer.eos_token_id, **kwargs)
-        t += time.perf_counter() - t0
-        tokens += out.shape[1] - x.shape[1]
-    return tokens / t
-
-
-def _bench_pass(cfg, target, proposer, desc: str) -> tuple[float, list[dict]]:
-    """Every prompt once, in batches of B (RunConfig.every_prompt): tokens/s and the traces."""
-    from specviz.analysis.trace import tokens_per_s
-
-    traces = [_run_with_progress(c, target, proposer, desc, telemetry=False) for c in cfg.every_prompt()]
-    return tokens_per_s(traces), traces
-
-
 def cmd_bench(a) -> int:
-    import dataclasses
-
-    from specviz.run import load_pair
+    from specviz.measure.bench import bench
 
     cfg = _config(a)
     cfg.validate()
-    target, proposer = load_pair(dataclasses.replace(cfg, mode="speculative"))
-    reg_cfg = dataclasses.replace(cfg, mode="regular")
-    # warm-up: first forwards allocate and pick kernels
-    warm = dataclasses.replace(cfg, max_new_tokens=min(8, cfg.max_new_tokens))
-    _run_with_progress(warm, target, proposer, "warm-up", telemetry=False)
-    _run_with_progress(dataclasses.replace(warm, mode="regular"), target, None, "warm-up", telemetry=False)
-    with_peer = cfg.batch_size == 1 and not a.no_peer and cfg.temperature == 0
-    peer_proposer = proposer
-    if with_peer and a.peer_draft:  # e.g. a feature draft here, a token draft for transformers
-        from specviz.run import make_proposer
-
-        peer_proposer = make_proposer(a.peer_draft, target, cfg.draft_confidence)
-    if with_peer and getattr(peer_proposer, "kind", None) not in ("model", "ngram"):
-        print(f"no transformers peer: generate(assistant_model=...) cannot run a {getattr(peer_proposer, 'kind', '?')} "
-              "draft (give --peer-draft a token draft to compare against)", file=sys.stderr)
-        with_peer = False
-    if with_peer:
-        _peer_generate(target, peer_proposer, dataclasses.replace(warm, prompts=warm.prompts[:1]))
-    results = {"regular": [], "speculative": [], "peer": []}
-    traces = {}
-    for rep in range(a.repeats):  # interleaved (peer too) so drift hits every arm alike
-        for mode, c, prop in (("regular", reg_cfg, None), ("speculative", cfg, proposer)):
-            tok_s, traces[mode] = _bench_pass(c, target, prop, f"{mode} {rep + 1}/{a.repeats}")
-            results[mode].append(tok_s)
-        peer = _peer_generate(target, peer_proposer, cfg) if with_peer else None
-        if peer is not None:
-            results["peer"].append(peer)
-    reg, spec = statistics.median(results["regular"]), statistics.median(results["speculative"])
-    steps = [st for t in traces["speculative"] for st in t["steps"]]
-    seqs = [sq for t in traces["speculative"] for sq in t["sequences"]]
-    from specviz.analysis.trace import summarize
-
-    s = summarize(steps, seqs, sum(t["summary"]["wall_s"] for t in traces["speculative"]),
-                  sum(t["summary"]["prefill_s"] for t in traces["speculative"]))
-    print(f"target {target.name} ({target.dtype}, {target.device}); draft {getattr(proposer, 'name', '-')}; "
+    passes = len(cfg.every_prompt()) * cfg.batch_size * cfg.max_new_tokens
+    bar = _progress(a.repeats * 2 * passes, "bench")
+    try:
+        r = bench(cfg, a.repeats, peer=not a.no_peer, peer_draft=a.peer_draft,
+                  on_step=lambda dec, rec: bar.update(sum(len(x["emitted"]) for x in rec["rows"])))
+    finally:
+        bar.close()
+    if r.peer_note:
+        print(r.peer_note, file=sys.stderr)
+    s, reg, spec = r.summary, r.arms["regular"], r.arms["speculative"]
+    print(f"target {r.target.name} ({r.target.dtype}, {r.target.device}); draft {getattr(r.proposer, 'name', '-')}; "
           f"B={cfg.batch_size} k={cfg.draft_length} controller={cfg.controller} max_new_tokens={cfg.max_new_tokens} "
           f"prompts={len(cfg.prompts)} repeats={a.repeats}")
     print(f"{'run':<28}{'tokens/s':>10}{'ratio':>8}")
-    print(f"{'regular (ours, k=0)':<28}{reg:>10.1f}{1.0:>8.2f}")
-    print(f"{'speculative (ours)':<28}{spec:>10.1f}{spec / reg:>8.2f}")
-    if results["peer"]:
-        peer = statistics.median(results["peer"])
-        ours_vs_peer = statistics.median(s_ / p_ for s_, p_ in zip(results["speculative"], results["peer"]))
-        print(f"{'transformers generate peer':<28}{peer:>10.1f}{peer / reg:>8.2f}"
-              + (f"  (its draft: {peer_proposer.name})" if peer_proposer is not proposer else ""))
-        print(f"ours vs peer: {ours_vs_peer:.2f}x (median of per-repeat ratios; per repeat: "
-              + ", ".join(f"{s_ / p_:.2f}" for s_, p_ in zip(results["speculative"], results["peer"])) + ")")
+    print(f"{'regular (ours, k=0)':<28}{reg.median_tok_s:>10.1f}{1.0:>8.2f}")
+    print(f"{'speculative (ours)':<28}{spec.median_tok_s:>10.1f}{spec.median_ratio:>8.2f}")
+    if r.peer_proposer is not None:
+        peer = r.arms["peer"]
+        print(f"{'transformers generate peer':<28}{peer.median_tok_s:>10.1f}{peer.median_ratio:>8.2f}"
+              + (f"  (its draft: {r.peer_proposer.name})" if r.peer_proposer is not r.proposer else ""))
+        print(f"ours vs peer: {statistics.median(r.peer_vs_ours):.2f}x (median of per-repeat ratios; per repeat: "
+              + ", ".join(f"{x:.2f}" for x in r.peer_vs_ours) + ")")
     print(f"acceptance rate {_fmt(s['acceptance_rate'])}, mean acceptance length {_fmt(s['mean_acceptance_length'])}, "
           f"overhead fraction {_fmt(s['overhead_frac'])}; per step: draft {1e3 * s['draft_s'] / s['steps']:.1f} ms, "
           f"verify {1e3 * s['verify_s'] / s['steps']:.1f} ms, accept {1e3 * s['accept_s'] / s['steps']:.1f} ms, "
           f"bookkeeping {1e3 * s['bookkeeping_s'] / s['steps']:.1f} ms")
-    reg_seqs = [sq for t in traces["regular"] for sq in t["sequences"]]
-    if cfg.temperature == 0:
-        same = [x["output_token_ids"] == y["output_token_ids"] for x, y in zip(reg_seqs, seqs)]
+    if r.identical is not None:
+        same = r.identical
         print(f"greedy outputs identical to regular decoding: {sum(same)}/{len(same)} rows"
-              + ("" if all(same) or target.dtype == __import__("torch").float32 else
+              + ("" if all(same) or r.target.dtype == __import__("torch").float32 else
                  " (bf16: a (k+1)-token verify can break exact logit ties differently; see bench/exactness.py)"))
     return 0
 
@@ -226,19 +164,20 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def cmd_calibrate(a) -> int:
-    import dataclasses
+    from specviz.measure.calibrate import calibrate_config
 
-    from specviz.measure.calibrate import calibrate, calibration_path
-    from specviz.run import load_pair
-
-    cfg = dataclasses.replace(_config(a), prompts=["calibration"])
-    cfg.validate()
-    target, proposer = load_pair(cfg)
     sizes = _ints(a.batch_sizes, "--batch-sizes")
-    bar = _progress(len(sizes) * (a.k_max + 1 + (2 if proposer is not None and getattr(proposer, "loaded", None) else 0)),
-                    "calibrate")
-    cal = calibrate(target, proposer, sizes, a.k_max, a.prefix_len, progress=lambda: bar.update(1))
-    bar.close()
+    bars = []
+
+    def progress(total):
+        bars.append(_progress(total, "calibrate"))
+        return lambda: bars[-1].update(1)
+
+    try:
+        cal, path = calibrate_config(_config(a), sizes, a.k_max, a.prefix_len, progress)
+    finally:
+        for bar in bars:
+            bar.close()
     tc, dc = cal.target_cost, cal.draft_cost
     print(f"target {cal.target} ({cal.dtype}, {cal.device}): t = {tc.t_fixed*1e3:.2f} ms + max({tc.t_mem*1e3:.2f} ms, "
           f"{tc.t_token*1e6:.1f} us x b x tokens); knee at {tc.knee_tokens:.0f} tokens")
@@ -247,32 +186,16 @@ def cmd_calibrate(a) -> int:
         if res:
             print(f"{name} fit residuals: median |rel| {statistics.median(abs(r) for r in res):.3f}, max {max(abs(r) for r in res):.3f}")
     print("engine overhead per step: " + ", ".join(f"B={b}: {v*1e3:.2f} ms" for b, v in cal.overhead.items()))
-    print(f"written to {calibration_path(target.name, cal.draft, target.device, target.dtype)}")
+    print(f"written to {path}")
     return 0
 
 
 def cmd_sweep(a) -> int:
-    import csv
-    import json
-    from pathlib import Path
-
-    from specviz.measure.calibrate import calibrate, load_calibration
-    from specviz.run import load_pair
-    from specviz.measure.sweep import summarize_sweep, sweep
+    from specviz.measure.sweep import sweep_config, write_sweep
 
     cfg = _config(a)
     cfg.validate()
     sizes, ks = _ints(a.batch_sizes, "--batch-sizes"), _ints(a.draft_lengths, "--draft-lengths")
-    target, proposer = load_pair(cfg)
-    if proposer is None:
-        raise SpecvizError("a sweep compares speculative with regular decoding: give a --draft other than none")
-    cal = None if a.recalibrate else load_calibration(target, proposer)
-    if cal is None:
-        print("calibrating the cost model first (cached for next time)...", file=sys.stderr)
-        cal = calibrate(target, proposer, sorted(set(sizes)), max(ks))
-    else:
-        print(f"using the cached calibration from {cal.created or 'an unknown date'} (--recalibrate to measure again)",
-              file=sys.stderr)
     bar = _progress(len(sizes) * len(ks), "sweep")
 
     def on_cell(c):
@@ -280,23 +203,17 @@ def cmd_sweep(a) -> int:
         print(f"B={c['batch_size']:<3} k={c['draft_length']:<2} alpha {c['alpha']:.3f}  measured {c['measured_speedup']:.2f}x"
               f"  predicted {c['predicted_speedup']:.2f}x (i.i.d. rows {c['predicted_speedup_iid']:.2f}x)", flush=True)
 
-    rows = sweep(cfg, sizes, ks, target, proposer, cal, a.repeats, on_cell)
-    bar.close()
-    summary = summarize_sweep(rows, cal)
-    out = Path(a.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "sweep.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    (out / "sweep.json").write_text(json.dumps({"calibration": cal.to_json(), "summary": summary,
-                                                "config": cfg.to_trace_config(target, proposer)}, indent=1))
+    try:
+        rows, summary, cal, config = sweep_config(cfg, sizes, ks, a.repeats, a.recalibrate, on_cell)
+    finally:
+        bar.close()
+    csv_path, json_path = write_sweep(a.out_dir, rows, summary, cal, config)
     print(f"\nmedian |predicted - measured| / measured: {summary['median_abs_rel_error']:.3f}")
     print(f"{'B':>3} {'best k (measured)':>18} {'k* (predicted)':>15} {'k* (one alpha)':>15} {'speedup':>8}")
     for b, v in summary["per_batch_size"].items():
         print(f"{b:>3} {v['measured_best_k']:>18} {v['predicted_k_star']:>15} {v['predicted_k_star_one_alpha']:>15} "
               f"{v['measured_best_speedup']:>8.2f}")
-    print(f"written to {out / 'sweep.csv'} and {out / 'sweep.json'}", file=sys.stderr)
+    print(f"written to {csv_path} and {json_path}", file=sys.stderr)
     return 0
 
 
@@ -332,7 +249,7 @@ def main(argv=None) -> int:
     ps.add_argument("--repeats", type=int, default=1)
     ps.add_argument("--recalibrate", action="store_true")
     ps.add_argument("--out-dir", default="sweep-out")
-    from specviz.distill.pipeline import add_distill_parser, cmd_distill
+    from specviz.distill.command import add_distill_parser, cmd_distill
 
     add_distill_parser(sub)
     a = p.parse_args(argv)

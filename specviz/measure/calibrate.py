@@ -19,7 +19,7 @@ from specviz.analysis.analytic import CostModel, fit_cost_model
 from specviz.analysis.costs import Calibration, calibration_path, load_calibration  # noqa: F401
 from specviz.engine.decoder import _sync
 from specviz.models.loading import encode_prompts
-from specviz.run import decoder_for_ids
+from specviz.run import decoder_for_ids, load_pair
 from specviz.engine.ragged import RaggedCache
 
 
@@ -107,3 +107,20 @@ def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, pr
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(cal.to_json(), indent=1))
     return cal
+
+
+def calibration_steps(proposer, batch_sizes, k_max: int) -> int:
+    """How many grid points calibrate() times (its progress callback fires once per point)."""
+    return len(batch_sizes) * (k_max + 1 + (2 if getattr(proposer, "loaded", None) is not None else 0))
+
+
+def calibrate_config(cfg, batch_sizes, k_max: int = 8, prefix_len: int = 128, progress=None):
+    """``python -m specviz calibrate``: load the pair of ``cfg`` and calibrate it. ``progress``:
+    called once with the number of grid points, it returns the callback to tick per point.
+    Returns (calibration, the file it was written to)."""
+    cfg = dataclasses.replace(cfg, prompts=["calibration"])
+    cfg.validate()
+    target, proposer = load_pair(cfg)
+    tick = progress(calibration_steps(proposer, batch_sizes, k_max)) if progress else None
+    cal = calibrate(target, proposer, batch_sizes, k_max, prefix_len, progress=tick)
+    return cal, calibration_path(target.name, cal.draft, target.device, target.dtype)

@@ -1,9 +1,9 @@
 """Sweeps: measured vs predicted speedup over a batch-size x draft-length grid.
 
 For each batch size b and draft length k, every prompt runs at batch size b with regular
-decoding (k = 0) and then speculative decoding, batch by batch, in one process (interleaved:
-this machine's speed drifts by 20-50% over minutes, and a ratio of passes taken minutes apart
-measured that drift more than speculation). Each cell records the measured speedup, the alpha measured in
+decoding (k = 0) and with speculative decoding, in one process, through the interleaved-arms loop
+of specviz.measure.bench (this machine's speed drifts by 20-50% over minutes, and a ratio of
+passes taken minutes apart measured that drift more than speculation). Each cell records the measured speedup, the alpha measured in
 that run, and the speedup the calibrated cost model predicts for it, so the model is judged on
 its cost side, not on acceptance:
 
@@ -16,55 +16,94 @@ its cost side, not on acceptance:
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
+import json
 import statistics
+import sys
+from pathlib import Path
+from typing import Callable
 
 from specviz.analysis.analytic import optimal_k, speedup_batch
-from specviz.analysis.trace import tokens_per_s
 from specviz.analysis.tracestats import alpha_from_accepted, mean_accepted_per_row_step, predicted_ragged
-from specviz.run import RunConfig, run
+from specviz.common import SpecvizError, write_atomic
+from specviz.measure.bench import engine_arm, interleaved, warm_up
+from specviz.measure.calibrate import calibrate, load_calibration
+from specviz.run import RunConfig, load_pair
+
+
+def measure_cell(base: RunConfig, b: int, k: int, target, proposer, calibration, repeats: int = 1) -> dict:
+    """One (b, k) cell: every prompt at batch size b, regular and speculative interleaved over
+    ``repeats`` rounds (specviz.measure.bench), alpha from the accepted tokens of the last
+    round's speculative traces, and the cost model's predictions at that alpha."""
+    reg_cfg = dataclasses.replace(base, batch_size=b, draft_length=0, mode="regular", controller="fixed")
+    spec_cfg = dataclasses.replace(reg_cfg, draft_length=k, mode="speculative")
+    res = interleaved({"regular": engine_arm(reg_cfg, target, None),
+                       "speculative": engine_arm(spec_cfg, target, proposer)}, repeats)
+    trs = res["speculative"].traces[-1]
+    alpha = alpha_from_accepted(mean_accepted_per_row_step(trs), k)
+    costs = calibration.costs(b)
+    return {"batch_size": b, "draft_length": k, "alpha": alpha,
+            "acceptance_rate": sum(t["summary"]["accepted"] for t in trs) / max(1, sum(t["summary"]["drafted"] for t in trs)),
+            "mean_acceptance_length": 1 + mean_accepted_per_row_step(trs),
+            "measured_speedup": res["speculative"].median_ratio, "predicted_speedup": predicted_ragged(trs, k, costs),
+            "predicted_speedup_iid": speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead,
+                                                   costs.regular_overhead),
+            "spec_tokens_per_s": res["speculative"].median_tok_s, "regular_tokens_per_s": res["regular"].median_tok_s}
 
 
 def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibration, repeats: int = 1,
-          on_cell=None) -> list[dict]:
-    """Run the grid; returns one dict per (b, k) cell."""
+          on_cell: Callable[[dict], None] | None = None, should_stop: Callable[[], bool] | None = None) -> list[dict]:
+    """Run the grid; returns one dict per (b, k) cell, in order. ``on_cell(cell)`` after each
+    cell; ``should_stop()`` is checked before each cell (the cells done so far are returned)."""
     rows = []
     for b in batch_sizes:
-        def cell_pass(k):
-            """Every prompt once at batch size b, each batch run regular then speculative back to
-            back, so the machine's drift hits both alike: (speedup, regular tok/s, spec tok/s, traces)."""
-            reg_cfg = dataclasses.replace(base, batch_size=b, draft_length=0, mode="regular", controller="fixed")
-            spec_cfg = dataclasses.replace(reg_cfg, draft_length=k, mode="speculative")
-            ratios, regs, specs, trs = [], [], [], []
-            for _ in range(repeats):
-                pairs = [(run(rc, target, None, telemetry=False), run(sc, target, proposer, telemetry=False))
-                         for rc, sc in zip(reg_cfg.every_prompt(), spec_cfg.every_prompt())]
-                regs.append(tokens_per_s([r for r, _ in pairs]))
-                specs.append(tokens_per_s([sp for _, sp in pairs]))
-                ratios.append(specs[-1] / regs[-1])
-                trs = [sp for _, sp in pairs]
-            return statistics.median(ratios), statistics.median(regs), statistics.median(specs), trs
-
-        # warm-up at this batch size: first forwards of a shape pay for allocation and kernel choice
-        run(dataclasses.replace(base, batch_size=b, max_new_tokens=4, mode="regular"), target, None, telemetry=False)
-        run(dataclasses.replace(base, batch_size=b, max_new_tokens=4, draft_length=max(draft_lengths)), target,
-            proposer, telemetry=False)
+        if should_stop is not None and should_stop():
+            break
+        warm = dataclasses.replace(base, batch_size=b, max_new_tokens=4)
+        warm_up(dataclasses.replace(warm, mode="regular"), target, None)
+        warm_up(dataclasses.replace(warm, draft_length=max(draft_lengths)), target, proposer)
         for k in draft_lengths:
-            speedup, regular, spec, trs = cell_pass(k)
-            alpha = alpha_from_accepted(mean_accepted_per_row_step(trs), k)
-            costs = calibration.costs(b)
-            predicted_iid = speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead, costs.regular_overhead)
-            predicted = predicted_ragged(trs, k, costs)
-            cell = {"batch_size": b, "draft_length": k, "alpha": alpha,
-                    "acceptance_rate": sum(t["summary"]["accepted"] for t in trs) / max(1, sum(t["summary"]["drafted"] for t in trs)),
-                    "mean_acceptance_length": 1 + mean_accepted_per_row_step(trs),
-                    "measured_speedup": speedup, "predicted_speedup": predicted,
-                    "predicted_speedup_iid": predicted_iid,
-                    "spec_tokens_per_s": spec, "regular_tokens_per_s": regular}
-            rows.append(cell)
+            if should_stop is not None and should_stop():
+                return rows
+            rows.append(measure_cell(base, b, k, target, proposer, calibration, repeats))
             if on_cell:
-                on_cell(cell)
+                on_cell(rows[-1])
     return rows
+
+
+def sweep_config(cfg: RunConfig, batch_sizes, draft_lengths, repeats: int = 1, recalibrate: bool = False,
+                 on_cell=None, should_stop=None, note: Callable[[str], None] | None = None):
+    """``python -m specviz sweep``: load the pair, take the cached calibration (or measure one),
+    run the grid. Returns (rows, summary, calibration, trace config)."""
+    note = note or (lambda msg: print(msg, file=sys.stderr))
+    cfg.validate()
+    target, proposer = load_pair(cfg)
+    if proposer is None:
+        raise SpecvizError("a sweep compares speculative with regular decoding: give a --draft other than none")
+    cal = None if recalibrate else load_calibration(target, proposer)
+    if cal is None:
+        note("calibrating the cost model first (cached for next time)...")
+        cal = calibrate(target, proposer, sorted(set(batch_sizes)), max(draft_lengths))
+    else:
+        note(f"using the cached calibration from {cal.created or 'an unknown date'} (--recalibrate to measure again)")
+    rows = sweep(cfg, batch_sizes, draft_lengths, target, proposer, cal, repeats, on_cell, should_stop)
+    return rows, summarize_sweep(rows, cal), cal, cfg.to_trace_config(target, proposer)
+
+
+def write_sweep(out_dir, rows: list[dict], summary: dict, calibration, config: dict) -> tuple[Path, Path]:
+    """sweep.csv (one line per cell) and sweep.json (calibration, summary, config) in out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    write_atomic(out / "sweep.csv", buf.getvalue())
+    write_atomic(out / "sweep.json", json.dumps({"calibration": calibration.to_json(), "summary": summary,
+                                                 "config": config}, indent=1))
+    return out / "sweep.csv", out / "sweep.json"
 
 
 def summarize_sweep(rows: list[dict], calibration, k_max: int = 16) -> dict:
