@@ -8,6 +8,14 @@ One step, for every active row b at once:
           (EOS, max tokens) leave the batch
 Regular decoding is the same loop with k = 0, so every comparison is like for like.
 
+Requests and slots: the decoder serves ``len(prompts)`` requests through ``slots`` concurrent
+rows (default: one row per request, a static batch). With more requests than slots, a queued
+request that has arrived (``arrivals``, seconds after the run starts; default all at 0) joins at
+the start of the next step after a row leaves: its prompt is prefilled in a forward of its own
+(target and draft) and its cache rows are appended to the running ragged caches
+(RaggedCache.extend); it then steps with the others. ``refill=False`` runs the requests as
+consecutive static batches instead (the next batch joins when the last row of this one is done).
+
 ``SpecDecoder.steps()`` is a generator yielding one trace step record per step; timings are
 perf_counter around device-synchronised work.
 """
@@ -35,6 +43,14 @@ class RowState:
     drafted: int = 0
     accepted: int = 0
     steps: int = 0
+    # the request's life, in seconds after the run started (SpecDecoder.t0) and step numbers
+    arrival_s: float = 0.0
+    slot: int | None = None  # which of the decoder's concurrent rows it occupied
+    join_step: int | None = None  # first step it took part in
+    join_s: float | None = None  # when its prefill started
+    first_token_s: float | None = None  # end of the step that gave its first output token
+    leave_step: int | None = None  # the step it finished in
+    leave_s: float | None = None  # end of that step
 
     @property
     def context(self) -> list[int]:
@@ -82,6 +98,9 @@ class SpecDecoder:
         compact_threshold: float = 0.25,
         accept_fn=None,
         keep_hidden: bool = False,
+        slots: int | None = None,
+        arrivals: list[float] | None = None,
+        refill: bool = True,
     ):
         self.target = target
         self.proposer = proposer
@@ -102,8 +121,16 @@ class SpecDecoder:
             RowState(i, p, list(ids), gen=torch.Generator().manual_seed(seed * 1_000_003 + i))
             for i, (p, ids) in enumerate(zip(prompts, prompt_ids))
         ]
+        self.slots = len(self.rows) if slots is None else max(1, min(int(slots), len(self.rows)))
+        self.refill = refill
+        for r, a in zip(self.rows, arrivals or []):
+            r.arrival_s = float(a)
+        self.queue: list[RowState] = list(self.rows)  # requests not yet joined, in arrival order
+        self.queue.sort(key=lambda r: r.arrival_s)
+        self.continuous = self.slots < len(self.rows) or any(r.arrival_s > 0 for r in self.rows)
         self.active: list[RowState] = []
         self.prefill_s = 0.0
+        self.join_prefill_s = 0.0  # seconds of newcomers' prefills (inside steps' t_prefill)
         self.t0 = None
         self._stop = False
 
@@ -112,25 +139,66 @@ class SpecDecoder:
         """Ask the loop to end after the current step; unfinished rows end as "stopped"."""
         self._stop = True
 
+    def _arrived(self, step: int) -> list[RowState]:
+        """Queued requests that may join now: arrived, and a slot free (static batches: all free)."""
+        free = self.slots - len(self.active)
+        if not self.queue or free <= 0 or (not self.refill and self.active):
+            return []
+        now = time.perf_counter() - self.t0
+        return [r for r in self.queue[:free] if r.arrival_s <= now][:free]
+
     def _prefill(self) -> None:
         """Both caches take every prompt token but the last, which the first step feeds."""
         t = time.perf_counter()
-        self.active = list(self.rows)
-        self.kv = RaggedCache(self.target.model, self.compact_threshold, keep_hidden=self.keep_hidden)
-        ids, valid = left_pad([r.prompt_ids[:-1] for r in self.rows], 0, self.device)
-        B = len(self.rows)
-        self.kv.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
-        self.kv.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
-        if ids.shape[1]:
-            self.kv.forward(ids, valid, last_only=True)
-            self.prefill_hidden, self.prefill_valid = self.kv.hidden, valid
+        rows = self._arrived(0)
+        self._take(rows, 0, t)
+        self.kv = self._prefill_cache(rows)
+        self.prefill_hidden, self.prefill_valid = self._hidden
         if self.proposer is not None:
             if self.wants_features:
-                self.proposer.start([r.context for r in self.rows], features=(self.prefill_hidden, self.prefill_valid))
+                self.proposer.start([r.context for r in rows], features=self._hidden)
             else:
-                self.proposer.start([r.context for r in self.rows])
+                self.proposer.start([r.context for r in rows])
         _sync(self.device)
         self.prefill_s = time.perf_counter() - t
+
+    def _take(self, rows: list[RowState], step: int, t: float) -> None:
+        used = {r.slot for r in self.active}
+        free = iter(s for s in range(self.slots) if s not in used)
+        for r in rows:
+            self.queue.remove(r)
+            r.slot, r.join_step, r.join_s = next(free), step, t - self.t0
+        self.active = self.active + rows
+
+    def _prefill_cache(self, rows: list[RowState]) -> RaggedCache:
+        """A cache over these rows' prompts but the last token; self._hidden = (hidden, valid) or Nones."""
+        kv = RaggedCache(self.target.model, self.compact_threshold, keep_hidden=self.keep_hidden)
+        ids, valid = left_pad([r.prompt_ids[:-1] for r in rows], 0, self.device)
+        kv.valid = torch.zeros(len(rows), 0, dtype=torch.bool, device=self.device)
+        kv.lengths = torch.zeros(len(rows), dtype=torch.long, device=self.device)
+        self._hidden = (None, None)
+        if ids.shape[1]:
+            kv.forward(ids, valid, last_only=True)
+            self._hidden = (kv.hidden, valid)
+        return kv
+
+    def _join(self, step: int) -> list[int]:
+        """Prefill the requests that may join and append them to the running caches."""
+        rows = self._arrived(step)
+        if not rows:
+            return []
+        t = time.perf_counter()
+        self._take(rows, step, t)
+        self.kv.extend(self._prefill_cache(rows))
+        if self.proposer is not None:
+            contexts = [r.context for r in rows]
+            if self.wants_features:
+                self.proposer.add_rows(contexts, features=self._hidden)
+            else:
+                self.proposer.add_rows(contexts)
+        _sync(self.device)
+        self.join_prefill_s += time.perf_counter() - t
+        return [r.index for r in rows]
 
     def _uniforms(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-row streams: (draft [B, k], verify [B, k+1]) uniforms on the device."""
@@ -143,12 +211,14 @@ class SpecDecoder:
         self.t0 = time.perf_counter()
         self._prefill()
         step = 0
-        while self.active and not self._stop:
+        while (self.active or self.queue) and not self._stop:
+            if not self.active:  # every slot idle: wait for the next arrival
+                time.sleep(max(0.0, self.queue[0].arrival_s - (time.perf_counter() - self.t0)))
             yield self._step(step)
             step += 1
-        for r in self.active:
+        for r in self.active + self.queue:  # stopped mid-run, or never joined
             r.finish_reason = r.finish_reason or "stopped"
-        self.active = []
+        self.active, self.queue = [], []
 
     def _step(self, step: int) -> dict:
         """draft -> verify -> accept -> advance, each phase timed after a device sync."""
@@ -158,6 +228,9 @@ class SpecDecoder:
             _sync(self.device)
             clock.append(time.perf_counter())
 
+        joined = self._join(step)
+        queued = sum(r.arrival_s <= clock[0] - self.t0 for r in self.queue)
+        lap()
         B = len(self.active)
         k = self.controller.next_k(B) if self.proposer is not None else 0
         u_draft, u_verify = self._uniforms(k)
@@ -173,16 +246,22 @@ class SpecDecoder:
         emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
         lap()
         proposed = [d[:m] for d, m in zip(drafts.tolist(), n.tolist())]
-        rows, compacted = self._advance(verdict.num_accepted, num_accepted, emitted, proposed, w + 1)
+        rows, compacted, left = self._advance(step, verdict.num_accepted, num_accepted, emitted, proposed, w + 1)
         lap()
-        t_start, t_draft, t_verify, t_accept, t_end = clock
+        t_start, t_prefill, t_draft, t_verify, t_accept, t_end = clock
+        for r in left:
+            r.leave_s = t_end - self.t0
+        for r in self.active + left:
+            if r.first_token_s is None and r.output:
+                r.first_token_s = t_end - self.t0
         return {
             "step": step,
             "k": k,
             "verify_width": w + 1,  # slots per row in the verify forward (k + 1 unless no row proposed k)
             "batch_size": B,
             "t_start": t_start - self.t0,
-            "t_draft": t_draft - t_start,
+            "t_prefill": t_prefill - t_start,  # newcomers' prefill (0 when none joined)
+            "t_draft": t_draft - t_prefill,
             "t_verify": t_verify - t_draft,
             "t_accept": t_accept - t_verify,
             "t_bookkeeping": t_end - t_accept,
@@ -191,6 +270,9 @@ class SpecDecoder:
             "kv_bytes": self.kv.kv_bytes(),
             "compacted": compacted,
             "rows": rows,
+            "joined": joined,  # request indices whose rows joined at the start of this step
+            "left": [r.index for r in left],  # requests that finished in this step
+            "queue_length": queued,  # arrived requests waiting for a slot when the step began
         }
 
     def _draft(self, k: int, u: torch.Tensor):
@@ -212,8 +294,8 @@ class SpecDecoder:
         self.verify_hidden = self.kv.hidden  # None unless keep_hidden
         return logits
 
-    def _advance(self, accepted_t: torch.Tensor, num_accepted: list[int], emitted: list[list[int]],
-                 proposed: list[list[int]], width: int) -> tuple[list[dict], bool]:
+    def _advance(self, step: int, accepted_t: torch.Tensor, num_accepted: list[int], emitted: list[list[int]],
+                 proposed: list[list[int]], width: int) -> tuple[list[dict], bool, list[RowState]]:
         """Roll back rejected slots, grow outputs, retire finished rows; returns the row records."""
         drafted = [len(p) for p in proposed]
         keep_slots = torch.arange(width, device=self.device).unsqueeze(0) <= accepted_t.unsqueeze(1)  # [B, k+1]
@@ -228,20 +310,25 @@ class SpecDecoder:
             out = self._append(r, e)
             r.drafted, r.accepted, r.steps = r.drafted + len(p), r.accepted + a, r.steps + 1
             records[r.index] = {"index": r.index, "active": True, "drafted": len(p), "accepted": a, "emitted": out,
-                                "draft_tokens": p}
+                                "draft_tokens": p, "slot": r.slot}
             if r.finish_reason is None:
                 keep.append(i)
+            else:
+                r.leave_step = step
         self.controller.observe(drafted, num_accepted, rows=[r.index for r in self.active],
                                 remaining=[0 if r.finish_reason else self.max_new_tokens - len(r.output)
                                            for r in self.active])
+        left = [r for r in self.active if r.finish_reason is not None]
         if len(keep) < len(self.active):
             idx = torch.tensor(keep, dtype=torch.long, device=self.device)
             self.kv.select_rows(idx)
             if self.proposer is not None:
                 self.proposer.select_rows(idx)
             self.active = [self.active[i] for i in keep]
+        if self.continuous:  # one record per row that stepped (a request queue may be long)
+            return list(records.values()), compacted, left
         idle = {"active": False, "drafted": 0, "accepted": 0, "emitted": [], "draft_tokens": []}
-        return [records.get(r.index) or {"index": r.index, **idle} for r in self.rows], compacted
+        return [records.get(r.index) or {"index": r.index, **idle} for r in self.rows], compacted, left
 
     def _append(self, r: RowState, emitted: list[int]) -> list[int]:
         """Add a step's output to a row, cut at max_new_tokens and at the first EOS (inclusive)."""

@@ -5,6 +5,8 @@ A proposer keeps whatever per-row state it needs and follows the engine's rows:
   propose(contexts, k, params, u)      -> Proposal for every active row
   commit(num_accepted, emitted)        roll back what was rejected, remember what was emitted
   select_rows(rows)                    rows that finished leave the batch
+  add_rows(contexts)                   requests that join a running batch (their prompts), appended
+                                       after the current rows (between steps, after commit)
 ``contexts[i]`` is row i's full token list (prompt + generated so far).
 """
 
@@ -50,16 +52,25 @@ class ModelDraft:
         self.name = loaded.name
 
     def start(self, contexts: list[list[int]]) -> None:
-        self.kv = RaggedCache(self.model, self.compact_threshold)
-        ids, valid = left_pad([c[:-1] for c in contexts], 0, self.device)
-        if ids.shape[1]:
-            self.kv.forward(ids, valid, last_only=True)
-        else:
-            self.kv.valid = torch.zeros(len(contexts), 0, dtype=torch.bool, device=self.device)
-            self.kv.lengths = torch.zeros(len(contexts), dtype=torch.long, device=self.device)
+        self.kv = self._prefilled(contexts)
         self.pending = [[c[-1]] for c in contexts]
         self._fed = 0
         self._proposed = 0
+
+    def _prefilled(self, contexts: list[list[int]]) -> RaggedCache:
+        kv = RaggedCache(self.model, self.compact_threshold)
+        ids, valid = left_pad([c[:-1] for c in contexts], 0, self.device)
+        if ids.shape[1]:
+            kv.forward(ids, valid, last_only=True)
+        else:
+            kv.valid = torch.zeros(len(contexts), 0, dtype=torch.bool, device=self.device)
+            kv.lengths = torch.zeros(len(contexts), dtype=torch.long, device=self.device)
+        return kv
+
+    def add_rows(self, contexts: list[list[int]]) -> None:
+        """Joining requests: their prompts prefilled on their own, appended to the draft cache."""
+        self.kv.extend(self._prefilled(contexts))
+        self.pending = self.pending + [[c[-1]] for c in contexts]
 
     def _q(self, logits: torch.Tensor) -> torch.Tensor:
         """[B, V_draft] -> [B, V_target] logits; tokens the draft lacks get -inf (never proposed)."""
@@ -207,6 +218,16 @@ class FeatureDraft(ModelDraft):
         super().select_rows(rows)
         self.pending_f = [self.pending_f[i] for i in rows.tolist()]
 
+    def add_rows(self, contexts: list[list[int]], features=None) -> None:
+        """Joining requests: no draft slots yet, their prompts pending with the target's prefill
+        features of the joining rows (features = (hidden, valid) of that prefill)."""
+        joined = FeatureDraft.__new__(FeatureDraft)
+        joined.__dict__.update(self.__dict__)
+        joined.start(contexts, features)
+        self.kv.extend(joined.kv)
+        self.pending = self.pending + joined.pending
+        self.pending_f = self.pending_f + joined.pending_f
+
 
 class NgramDraft:
     """Prompt lookup (Saxena 2023; transformers' prompt_lookup_num_tokens): find the latest
@@ -247,4 +268,7 @@ class NgramDraft:
         pass
 
     def select_rows(self, rows) -> None:
+        pass
+
+    def add_rows(self, contexts) -> None:
         pass

@@ -171,8 +171,60 @@ class RaggedCache:
                 layer.values = layer.values[:, :, first:]
             self.valid = self.valid[:, first:]
 
+    def extend(self, other: "RaggedCache") -> None:
+        """Append ``other``'s rows (requests that join a running batch, prefilled on their own).
+
+        The shorter cache is left-padded with holes so both have the same slot count; each row
+        keeps its own positions (they count its valid slots), so a joining row's keys, RoPE'd
+        from position 0, are exact next to older rows. A cache with no rows left takes
+        ``other``'s state whole (the slots of rows that left are gone with them).
+        """
+        if self.valid.shape[0] == 0:
+            self.cache, self.valid, self.lengths = other.cache, other.valid, other.lengths
+            return
+        L = max(self.slots, other.slots)
+        mine = [l for l in self.cache.layers if l.is_initialized and l.keys.numel()]
+        theirs = [l for l in other.cache.layers if l.is_initialized and l.keys.numel()]
+        if theirs or mine:
+            if not mine:  # this cache holds no slots yet: adopt other's layers with its row count
+                self.cache = _hole_cache(other.cache, self.valid.shape[0], 0)
+            for i, layer in enumerate(self.cache.layers):
+                src = other.cache.layers[i] if theirs else None
+                a_k, a_v = _left_pad_kv(layer.keys, layer.values, L)
+                if src is None:
+                    b_k = a_k.new_zeros((other.valid.shape[0],) + a_k.shape[1:])
+                    b_v = a_v.new_zeros((other.valid.shape[0],) + a_v.shape[1:])
+                else:
+                    b_k, b_v = _left_pad_kv(src.keys, src.values, L)
+                layer.keys = torch.cat([a_k, b_k], dim=0)  # [B + B_new, heads, L, head_dim]
+                layer.values = torch.cat([a_v, b_v], dim=0)
+        pad = lambda v: torch.cat([torch.zeros(v.shape[0], L - v.shape[1], dtype=torch.bool, device=v.device), v], 1)  # noqa: E731
+        self.valid = torch.cat([pad(self.valid), pad(other.valid.to(self.device))], dim=0)  # [B + B_new, L]
+        self.lengths = torch.cat([self.lengths, other.lengths.to(self.device)])
+
     def kv_bytes(self) -> int:
         return sum(l.keys.numel() * l.keys.element_size() * 2 for l in self.cache.layers if l.is_initialized)
+
+
+def _left_pad_kv(keys: torch.Tensor, values: torch.Tensor, L: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, heads, l, d] -> [B, heads, L, d] with L - l zero (hole) slots in front."""
+    extra = L - keys.shape[2]
+    if extra <= 0:
+        return keys, values
+    z = keys.new_zeros(keys.shape[0], keys.shape[1], extra, keys.shape[3])
+    return torch.cat([z, keys], dim=2), torch.cat([z.to(values.dtype), values], dim=2)
+
+
+def _hole_cache(like, B: int, L: int):
+    """A cache shaped like ``like`` (same layers, heads, dtype) with B rows of L hole slots."""
+    import copy
+
+    cache = copy.copy(like)
+    cache.layers = [copy.copy(l) for l in like.layers]
+    for layer in cache.layers:
+        shape = (B, layer.keys.shape[1], L, layer.keys.shape[3])
+        layer.keys, layer.values = layer.keys.new_zeros(shape), layer.values.new_zeros(shape)
+    return cache
 
 
 def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
