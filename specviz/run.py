@@ -23,6 +23,7 @@ from specviz.models.loading import check_tokenizers_agree, encode_prompts, get_m
 from specviz.engine.sampling import SamplingParams
 from specviz.analysis.trace import build_trace, sequence_record
 from specviz.prompts.files import read_prompts  # noqa: F401  (re-exported for the CLI)
+from specviz.prompts.fit import check_fits, context_length
 
 NON_MODEL_DRAFTS = ("ngram", "none")
 
@@ -45,6 +46,12 @@ class RunConfig:
     raw_prompt: bool = False
     controller_args: dict = dataclasses.field(default_factory=dict)
     draft_confidence: float = 0.0  # model drafts: a row stops drafting after a token with draft probability below this
+    # The request queue (issue 17): batch_size is the number of concurrent rows (slots); requests
+    # (None = batch_size: one static batch, as before) run through them, a finished row's slot
+    # going to the next request; static=True runs them as consecutive static batches instead.
+    requests: int | None = None
+    arrival_rate: float = 0.0  # requests per second, Poisson (seeded by seed); 0 = all queued at t = 0
+    static: bool = False
 
     def validate(self) -> None:
         """Reject bad input with one clear sentence (checked before anything loads)."""
@@ -60,6 +67,14 @@ class RunConfig:
             raise SpecvizError(f"top-p must be in (0, 1] (got {self.top_p})")
         if not 0 <= self.draft_confidence < 1:
             raise SpecvizError(f"draft confidence must be in [0, 1) (got {self.draft_confidence})")
+        if self.requests is not None and self.requests < 1:
+            raise SpecvizError(f"requests must be at least 1 (got {self.requests})")
+        if self.requests is not None and self.requests < self.batch_size:
+            raise SpecvizError(f"{self.requests} requests cannot fill {self.batch_size} slots: give --requests >= "
+                               f"--batch-size, or --batch-size {self.requests}")
+        if not (self.arrival_rate >= 0 and self.arrival_rate < float("inf")):
+            raise SpecvizError(f"arrival rate must be 0 (all queued at the start) or a positive number of requests "
+                               f"per second (got {self.arrival_rate})")
         if self.mode not in ("speculative", "regular"):
             raise SpecvizError(f"mode must be speculative or regular (got {self.mode!r})")
         if not self.prompts:
@@ -77,11 +92,30 @@ class RunConfig:
         """B prompts: cycled when B exceeds the number given."""
         return [self.prompts[i % len(self.prompts)] for i in range(self.batch_size)]
 
+    @property
+    def num_requests(self) -> int:
+        return self.batch_size if self.requests is None else self.requests
+
+    def request_prompts(self) -> list[str]:
+        """One prompt per request: cycled when there are more requests than prompts."""
+        return [self.prompts[i % len(self.prompts)] for i in range(self.num_requests)]
+
+    def arrivals(self) -> list[float] | None:
+        """Seconds after the start at which each request arrives (Poisson at arrival_rate, seeded), or
+        None: all queued at t = 0."""
+        if not self.arrival_rate:
+            return None
+        import numpy as np
+
+        gaps = np.random.default_rng(self.seed).exponential(1.0 / self.arrival_rate, self.num_requests)
+        return np.cumsum(gaps).tolist()
+
     def every_prompt(self) -> list["RunConfig"]:
         """One config per batch so that every prompt runs once at batch size B (the last batch
-        cycles prompts to stay full): what bench and sweep measure, so B = 1 is not one prompt."""
+        cycles prompts to stay full): what bench and sweep measure, so B = 1 is not one prompt.
+        A run with a request queue (requests > batch size) is one config already."""
         P, B = len(self.prompts), self.batch_size
-        if B >= P:
+        if B >= P or self.num_requests > B:
             return [self]
         return [dataclasses.replace(self, prompts=[self.prompts[(i + j) % P] for j in range(B)]) for i in range(0, P, B)]
 
@@ -93,9 +127,19 @@ class RunConfig:
             d["dtype"] = str(target.dtype).removeprefix("torch.")
             d["device"] = str(target.device)
             d["target_name"] = target.name
+            d.update({f"target_{k}": v for k, v in _model_facts(target).items()})
         if proposer is not None:
             d["draft_name"] = proposer.name
+            d.update({f"draft_{k}": v for k, v in _model_facts(getattr(proposer, "loaded", None)).items()})
         return d
+
+
+def _model_facts(loaded) -> dict:
+    """Layers and parameters of a loaded model, for the page's "what is this draft" line."""
+    if loaded is None or not hasattr(loaded, "model"):
+        return {}
+    layers = getattr(getattr(loaded.model, "config", None), "num_hidden_layers", None)
+    return {"layers": layers, "params": loaded.num_params}
 
 
 # The distilled draft shipped for the packaged target (specviz distill on an H200; its README has
@@ -172,9 +216,11 @@ def hardware_info(device: torch.device, dtype: torch.dtype) -> dict:
 # ---- running ---------------------------------------------------------------------------------
 
 def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecoder:
-    prompts = cfg.batch_prompts()
+    prompts = cfg.request_prompts()
     ids = encode_prompts(target.tokenizer, prompts, cfg.raw_prompt)
     k = cfg.draft_length if proposer is not None else 0
+    # the CLI checks this before loading (specviz.checks); here for the app, a hub id, a .gguf
+    check_fits([len(x) for x in ids], cfg.max_new_tokens, k, context_length(getattr(target.model, "config", None)), target.name)
     cargs = dict(cfg.controller_args)
     if cfg.controller in COST_AWARE and proposer is not None and "costs" not in cargs:
         from specviz.analysis.costs import load_calibration
@@ -190,22 +236,27 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
                           f"until `python -m specviz calibrate` runs for this pair", stacklevel=2)
     controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cargs)
     return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens, cfg.params, cfg.seed, prompts=prompts,
-                           controller=controller, accept_fn=accept_fn)
+                           controller=controller, accept_fn=accept_fn, slots=cfg.batch_size,
+                           arrivals=cfg.arrivals(), refill=not cfg.static)
 
 
 def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
                     params: SamplingParams | None = None, seed: int = 0, prompts: list[str] | None = None,
-                    controller=None, accept_fn=None, keep_hidden: bool = False) -> SpecDecoder:
+                    controller=None, accept_fn=None, keep_hidden: bool = False, slots: int | None = None,
+                    arrivals: list[float] | None = None, refill: bool = True) -> SpecDecoder:
     """The one place a SpecDecoder is built: over already-encoded prompts (measurements, data
     generation, exactness checks), with a fixed draft length k unless a policy is given; regular
-    decoding when there is no proposer or k = 0."""
+    decoding when there is no proposer or k = 0. ``slots`` concurrent rows serve the prompts as
+    a request queue (None: one row per prompt, a static batch); ``refill=False`` runs them as
+    consecutive static batches; ``arrivals`` are seconds after the start (None: all at 0)."""
     if controller is None:
         k = k if proposer is not None else 0
         proposer = proposer if k else None
         controller = make_controller("fixed", k)
     kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
     return SpecDecoder(target, proposer, controller, prompts if prompts is not None else [""] * len(prompt_ids),
-                       prompt_ids, params or SamplingParams(), max_new_tokens, seed, keep_hidden=keep_hidden, **kwargs)
+                       prompt_ids, params or SamplingParams(), max_new_tokens, seed, keep_hidden=keep_hidden,
+                       slots=slots, arrivals=arrivals, refill=refill, **kwargs)
 
 
 def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn=None) -> Iterator[tuple[SpecDecoder, dict | None]]:

@@ -21,7 +21,7 @@ LAYERS = [
     {"specviz.run"},
     {"specviz.measure"},
     {"specviz.distill"},
-    {"specviz.app", "specviz.cli"},
+    {"specviz.app", "specviz.cli", "specviz.checks"},
     {"specviz.__main__"},
 ]
 MAX_LINES = 400

@@ -9,7 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-TRACE_VERSION = 1
+# Version 2 (issue 17, the request queue): sequences carry each request's life (arrival, slot,
+# join/leave step and time, TTFT, time per output token, tokens/s), steps carry t_prefill (the
+# prefill of requests joining at that step), joined, left and queue_length, and the summary the
+# server metrics (throughput, latency percentiles, goodput). With a queue (more requests than
+# slots, or arrivals over time) a step's "rows" lists only the rows that stepped. Every version-1
+# field keeps its meaning, and version-1 traces still load.
+TRACE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 PHASES = ("draft", "verify", "accept", "bookkeeping")
 
 
@@ -27,6 +34,41 @@ def per_position_acceptance(steps: list[dict]) -> list[float]:
     return out
 
 
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation between order statistics (numpy's default)."""
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    pos = (len(v) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def request_summary(steps: list[dict], sequences: list[dict], wall_s: float) -> dict:
+    """Server metrics over the run's requests (seconds, tokens): throughput in finished requests/s,
+    goodput in output tokens/s (SmartSpec, arXiv 2406.14066: verified tokens per second, against
+    processed_tokens_per_s, every verify slot the target ran), p50/p95 latency (arrival to last
+    token), TTFT (arrival to the end of the request's first step) and time per output token."""
+    done = [s for s in sequences if s.get("leave_s") is not None]
+    lat, ttft, tpot = ([s.get(k) for s in done] for k in ("latency_s", "ttft_s", "tpot_s"))
+    queue = [s.get("queue_length", 0) for s in steps]
+    out = {
+        "requests": len(sequences),
+        "requests_finished": len(done),
+        "throughput_requests_per_s": _div(len(done), wall_s),
+        "goodput_tokens_per_s": _div(sum(len(s["output_token_ids"]) for s in sequences), wall_s),
+        "processed_tokens_per_s": _div(sum(s.get("verify_width", s["k"] + 1) * s["batch_size"] for s in steps), wall_s),
+        "join_prefill_s": sum(s.get("t_prefill", 0.0) for s in steps),
+        "mean_queue_length": _div(sum(queue), len(queue)),
+        "max_queue_length": max(queue, default=0),
+        "mean_active_rows": _div(sum(s["batch_size"] for s in steps), len(steps)),
+    }
+    for name, values in (("latency", lat), ("ttft", ttft), ("tpot", tpot)):
+        out[f"{name}_p50_s"], out[f"{name}_p95_s"] = percentile(values, 50), percentile(values, 95)
+    return out
+
+
 def summarize(steps: list[dict], sequences: list[dict], wall_s: float, prefill_s: float) -> dict:
     row_steps = [(s["k"], r) for s in steps for r in s["rows"] if r["active"]]
     drafted = sum(r["drafted"] for _, r in row_steps)
@@ -35,6 +77,7 @@ def summarize(steps: list[dict], sequences: list[dict], wall_s: float, prefill_s
     slots = sum(k + 1 for k, _ in row_steps)
     tokens = sum(len(s["output_token_ids"]) for s in sequences)
     phase = {p: sum(s[f"t_{p}"] for s in steps) for p in PHASES}
+    join_prefill = sum(s.get("t_prefill", 0.0) for s in steps)
     decode_s = wall_s - prefill_s
     return {
         "wall_s": wall_s,
@@ -53,9 +96,10 @@ def summarize(steps: list[dict], sequences: list[dict], wall_s: float, prefill_s
         "per_position_acceptance": per_position_acceptance(steps),
         **{f"{p}_s": v for p, v in phase.items()},
         # time outside model forwards and sampling: bookkeeping + Python between steps
-        "overhead_frac": _div(decode_s - phase["draft"] - phase["verify"] - phase["accept"], wall_s),
+        "overhead_frac": _div(decode_s - join_prefill - phase["draft"] - phase["verify"] - phase["accept"], wall_s),
         "compactions": sum(bool(s.get("compacted")) for s in steps),
         "max_cache_slots": max((s.get("cache_slots", 0) for s in steps), default=0),
+        **request_summary(steps, sequences, wall_s),
     }
 
 
@@ -70,6 +114,28 @@ def sequence_record(row, tokenizer) -> dict:
         "drafted": row.drafted,
         "accepted": row.accepted,
         "acceptance_rate": _div(row.accepted, row.drafted),
+        **request_record(row),
+    }
+
+
+def request_record(row) -> dict:
+    """A request's life (seconds after the run started; steps): where and when it ran, and its metrics."""
+    n = len(row.output)
+    arrival, join, first, leave = (getattr(row, k, None) for k in ("arrival_s", "join_s", "first_token_s", "leave_s"))
+    arrival = arrival or 0.0
+    return {
+        "arrival_s": arrival,
+        "slot": getattr(row, "slot", None),
+        "join_step": getattr(row, "join_step", None),
+        "join_s": join,
+        "first_token_s": first,
+        "leave_step": getattr(row, "leave_step", None),
+        "leave_s": leave,
+        "queue_wait_s": None if join is None else join - arrival,
+        "ttft_s": None if first is None else first - arrival,
+        "latency_s": None if leave is None else leave - arrival,
+        "tpot_s": _div(leave - first, n - 1) if leave is not None and first is not None and n > 1 else None,
+        "tokens_per_s": _div(n, leave - join) if leave is not None and join is not None else None,
     }
 
 
@@ -89,7 +155,10 @@ def build_trace(config: dict, hardware: dict, sequences: list[dict], steps: list
 # ---- I/O -------------------------------------------------------------------------------------
 
 def save_json(trace: dict, path) -> None:
-    Path(path).write_text(json.dumps(trace))
+    """Temp file + rename (specviz.common.write_atomic): a crash or Ctrl-C never leaves half a trace."""
+    from specviz.common import write_atomic
+
+    write_atomic(path, json.dumps(trace))
 
 
 def load_json(path_or_text) -> dict:
@@ -105,8 +174,9 @@ def load_json(path_or_text) -> dict:
     missing = [k for k in ("version", "config", "sequences", "steps", "summary") if not isinstance(trace, dict) or k not in trace]
     if missing:
         raise ValueError(f"not a specviz trace: missing {', '.join(missing)}")
-    if trace["version"] != TRACE_VERSION:
-        raise ValueError(f"unsupported trace version {trace['version']} (this specviz reads version {TRACE_VERSION})")
+    if trace["version"] not in READABLE_VERSIONS:
+        raise ValueError(f"unsupported trace version {trace['version']} (this specviz reads versions "
+                         f"{', '.join(map(str, READABLE_VERSIONS))})")
     return trace
 
 
@@ -148,6 +218,7 @@ def to_chrome_trace(trace: dict) -> dict:
     for s in trace["steps"]:
         t = s["t_start"]
         active = [r for r in s["rows"] if r["active"]]
+        t += s.get("t_prefill", 0.0)  # newcomers' prefill comes first (version 2)
         for tid, p in enumerate(PHASES):
             dur = s[f"t_{p}"]
             events.append({"name": f"{p} k={s['k']}", "ph": "X", "pid": 0, "tid": tid, "ts": t * 1e6, "dur": dur * 1e6,

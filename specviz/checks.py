@@ -1,0 +1,376 @@
+"""The CLI's one validation pass: every flag and file of every subcommand, before any model loads.
+
+``check_args(cmd, args)`` raises SpecvizError (one sentence) for the first problem: files that
+are missing, a directory, unreadable, not UTF-8, empty or bad JSONL (with the line); output paths
+whose folder is missing or read-only, or that name a directory (or a file, for an output folder);
+numbers out of range; and combinations that cannot work, including a prompt + --max-new-tokens
+(+ --draft-length) past the model's context, which is refused, not clamped (prompts/fit.py).
+Reading a model's config.json and tokenizer for that is cheap and loads no weights; where they
+are not on disk yet (a hub id not cached, a .gguf), run.make_decoder makes the same check once
+the model is loaded, still before any generation.
+
+``CHECKED`` names what each flag is checked for and ``NEEDS_NO_CHECK`` why the rest need none:
+tests/test_checks.py walks the argparse definitions so that a new flag in neither fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from specviz.common import SpecvizError
+
+MAX_ROWS = 65536  # a batch past this is a typo: the prompt list alone would take minutes to build
+
+# dest: (lowest, highest or None). The same flag means the same bound in every subcommand.
+INTS = {
+    "batch_size": (1, MAX_ROWS), "draft_length": (0, None), "max_new_tokens": (1, None), "seed": (0, 2**63 - 1),
+    "show": (0, None), "repeats": (1, None), "k_max": (1, None), "prefix_len": (1, None),
+    # distill
+    "samples": (1, None), "val_samples": (0, None), "gen_batch_size": (1, MAX_ROWS), "gen_workers": (0, 256),
+    "topk": (1, None), "steps": (0, None), "vocab": (1, None), "layers": (1, None), "eval_every": (1, None),
+    "eval_prompts": (1, None), "eval_max_new_tokens": (1, None), "cost_rounds": (1, None),
+    "cost_prefix_len": (1, None), "threads": (0, 4096),
+}
+# dest: (interval as written in the message, low, low included, high, high included); None = unset is fine
+FLOATS = {
+    "temperature": ("0 (greedy) or positive", 0.0, True, math.inf, False),
+    "top_p": ("in (0, 1]", 0.0, False, 1.0, True),
+    "draft_confidence": ("in [0, 1)", 0.0, True, 1.0, False),
+    "lr": ("positive", 0.0, False, math.inf, False),
+    "weight_decay": ("0 or more", 0.0, True, math.inf, False),
+    "gen_budget_min": ("positive minutes", 0.0, False, math.inf, False),
+    "time_budget_min": ("positive minutes", 0.0, False, math.inf, False),
+}
+INT_LISTS = {"batch_sizes": 1, "draft_lengths": 1, "eval_ks": 1}  # dest: lowest value
+
+CHECKED = {
+    **{d: "integer range" for d in INTS}, **{d: "finite number in range" for d in FLOATS},
+    **{d: "comma-separated integers in range" for d in INT_LISTS},
+    "target": "model SPEC: path exists and is a model; its context fits the run",
+    "draft": "draft SPEC: default, none, ngram[:N] or a model SPEC",
+    "peer_draft": "draft SPEC",
+    "prompt": "some text; fits the context",
+    "prompts": "a readable UTF-8 file of prompts (or JSONL), not a directory, not empty; fits the context",
+    "controller": "a known policy, built once with its --controller-arg options",
+    "controller_arg": "KEY=VALUE, accepted by the policy",
+    "device": "auto, cpu or cuda[:N] where CUDA is present",
+    "out": "run: a file in a writable folder, not a directory; distill: a writable folder",
+    "out_dir": "a writable folder (made if missing), not a file",
+    "data": "a folder (made if missing), not a file",
+    "init_layers": "first, random (feature drafts) or --layers ids below the target's layer count",
+}
+NEEDS_NO_CHECK = {
+    "help": "argparse prints the help",
+    "raw_prompt": "a switch: both values are valid",
+    "no_peer": "a switch: both values are valid",
+    "recalibrate": "a switch: both values are valid",
+    "no_freeform": "a switch: both values are valid",
+    "mode": "choices=: argparse refuses anything else in one line (OneLineParser)",
+    "dtype": "choices=: argparse refuses anything else in one line (OneLineParser)",
+    "kind": "choices=: argparse refuses anything else in one line (OneLineParser)",
+}
+RUN_COMMANDS = ("run", "bench", "calibrate", "sweep")
+DEFAULT_CONTEXT = 8192  # SmolLM2-135M-Instruct (the packaged GGUF's llama.context_length) before its first conversion
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (and the exit status 2) like every other mistake."""
+
+    def error(self, message):
+        print(f"specviz: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _name(dest: str) -> str:
+    return dest.replace("_", " ")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+# ---- numbers -----------------------------------------------------------------------------
+
+def check_numbers(a) -> None:
+    for dest, (lo, hi) in INTS.items():
+        v = getattr(a, dest, None)
+        if v is None:
+            continue
+        if v < lo:
+            raise SpecvizError(f"{_name(dest)} must be {'0 or more' if lo == 0 else f'at least {lo}'} (got {v})")
+        if hi is not None and v > hi:
+            raise SpecvizError(f"{_name(dest)} must be at most {hi} (got {v})")
+    for dest, (said, lo, lo_in, hi, hi_in) in FLOATS.items():
+        v = getattr(a, dest, None)
+        if v is None:
+            continue
+        ok = (v >= lo if lo_in else v > lo) and (v <= hi if hi_in else v < hi)  # NaN fails both
+        if not ok:
+            raise SpecvizError(f"{_name(dest)} must be {said} (got {v})")
+    for dest, lo in INT_LISTS.items():
+        if getattr(a, dest, None) is not None:
+            int_list(getattr(a, dest), _flag(dest), lo)
+
+
+def int_list(text: str, flag: str, lo: int = 1) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        vals = None
+    if not vals or min(vals) < lo or max(vals) > MAX_ROWS:
+        raise SpecvizError(f"{flag} must be comma-separated integers from {lo} to {MAX_ROWS} (got {text!r})")
+    return vals
+
+
+# ---- paths -------------------------------------------------------------------------------
+
+def _probe_writable(folder: Path, flag: str) -> None:
+    """Create and remove a file: os.access says yes to root even on a folder it cannot write."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".specviz-probe-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise SpecvizError(f"cannot write to folder {folder} ({flag}): {e.strerror or e}") from None
+
+
+def check_out_file(path: str, flag: str) -> None:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise SpecvizError(f"{flag} {path} is a directory: give a file name, e.g. {p / 'trace.json'}")
+    parent = p.parent
+    if not parent.exists():
+        raise SpecvizError(f"the folder of {flag} {path} does not exist: {parent} (create it first)")
+    if not parent.is_dir():
+        raise SpecvizError(f"the folder of {flag} {path} is not a folder: {parent}")
+    _probe_writable(parent, flag)
+    if p.exists() and not p.is_file():
+        raise SpecvizError(f"{flag} {path} exists and is not a regular file")
+
+
+def check_out_dir(path: str, flag: str) -> None:
+    """A folder that exists and takes files, or one that can be made (its nearest existing parent takes files)."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise SpecvizError(f"{flag} {path} is a file, not a folder")
+    q = p
+    while not q.exists():
+        q = q.parent
+    if not q.is_dir():
+        raise SpecvizError(f"{flag} {path} cannot be made: {q} is a file, not a folder")
+    _probe_writable(q, flag)
+
+
+# ---- models and prompts ------------------------------------------------------------------
+
+def model_dir(spec: str, flag: str) -> Path | None:
+    """Check a model SPEC without loading it; the folder holding its config.json when it is on disk."""
+    from specviz.models.distilled import is_distilled_draft
+
+    if spec == "default":
+        from specviz.common import cache_dir
+
+        d = cache_dir() / "SmolLM2-135M-Instruct"
+        return d if (d / "config.json").is_file() else None
+    p = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not p.exists():
+            raise SpecvizError(f"model file not found: {spec} ({flag})")
+        if not p.is_file():
+            raise SpecvizError(f"{spec} ({flag}) is not a .gguf file")
+        return None
+    if p.exists():
+        if is_distilled_draft(spec) or (p.is_dir() and (p / "config.json").is_file()):
+            return p
+        raise SpecvizError(f"{spec} ({flag}) is not a model: expected a directory in Hugging Face layout "
+                           "(config.json) or a .gguf file")
+    name, _, revision = spec.partition("@")
+    if name.count("/") != 1 or name.startswith(("/", ".", "~")) or ".." in name.split("/"):
+        raise SpecvizError(f"unknown model {spec!r} ({flag}): not 'default', a local path, a .gguf file or a hub id (org/name)")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json", revision=revision or None)
+    except Exception:  # a malformed id or revision: loading says what the hub says
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+def check_draft(spec: str, flag: str) -> Path | None:
+    if spec in ("default", "none", "ngram", "default@bf16"):
+        return None
+    if spec.startswith("ngram:"):
+        n = spec.partition(":")[2]
+        if not n.isdigit() or not 1 <= int(n) <= 64:
+            raise SpecvizError(f"{flag} ngram:N wants N from 1 to 64 (got {spec!r})")
+        return None
+    return model_dir(spec, flag)
+
+
+def _config_json(folder: Path | None) -> dict | None:
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise SpecvizError(f"{folder / 'config.json'} cannot be read as JSON: {e}") from None
+
+
+def prompts_of(a) -> list[str]:
+    from specviz.prompts.files import read_prompts
+
+    prompts = list(a.prompt or [])
+    for i, p in enumerate(prompts):
+        if not p.strip():
+            raise SpecvizError(f"prompt {i + 1} is empty: every prompt needs some text")
+    if a.prompts:
+        prompts += read_prompts(a.prompts)
+    return prompts
+
+
+def _token_lengths(folder: Path, prompts: list[str], raw: bool) -> list[int] | None:
+    """Prompt lengths as the model will see them, from the tokenizer on disk (no weights); None if it is not there."""
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(folder))
+    except Exception:  # no tokenizer files beside the config: run.make_decoder checks once the model is loaded
+        return None
+    from specviz.models.loading import encode_prompts
+
+    return [len(ids) for ids in encode_prompts(tok, prompts, raw)]
+
+
+def _model_name(spec: str) -> str:
+    return "SmolLM2-135M-Instruct" if spec == "default" else spec
+
+
+def check_room(max_new_tokens: int, k: int, context: int | None, model: str) -> None:
+    """Refuse new tokens that leave no room for even a one-token prompt (no tokenizer needed)."""
+    if context is not None and max_new_tokens + k >= context:
+        raise SpecvizError(f"--max-new-tokens {max_new_tokens} (+ draft length {k}) leaves no room for a prompt in the "
+                           f"{context}-token context of {model}: lower --max-new-tokens")
+
+
+def check_context(a, cmd: str, prompts: list[str], target_dir: Path | None, draft_dir: Path | None) -> None:
+    from specviz.prompts.fit import check_fits, context_length
+
+    contexts = []
+    for folder, default in ((target_dir, DEFAULT_CONTEXT if a.target == "default" else None), (draft_dir, None)):
+        cfg = _config_json(folder)
+        c = context_length(cfg) if cfg else default
+        if c is not None:
+            contexts.append(c)
+    if not contexts:
+        return
+    context, model = min(contexts), _model_name(a.target)
+    if cmd == "calibrate":  # a cached prefix, then up to k_max + 1 tokens per forward
+        if a.prefix_len + a.k_max + 1 > context:
+            raise SpecvizError(f"--prefix-len {a.prefix_len} + --k-max {a.k_max} + 1 positions pass the {context}-token "
+                               f"context of {model}")
+        return
+    k = max(int_list(a.draft_lengths, "--draft-lengths")) if cmd == "sweep" else a.draft_length
+    check_room(a.max_new_tokens, k, context, model)
+    used = prompts[: a.batch_size] if cmd == "run" else prompts  # run: the first B; bench/sweep: every prompt
+    lengths = _token_lengths(target_dir, used, a.raw_prompt) if target_dir is not None else None
+    if lengths:
+        check_fits(lengths, a.max_new_tokens, k, context, model)
+
+
+def check_controller(a) -> None:
+    from specviz.engine.policies import make_controller
+
+    cargs = {}
+    for kv in a.controller_arg:
+        key, sep, val = kv.partition("=")
+        if not sep or not key:
+            raise SpecvizError(f"--controller-arg wants KEY=VALUE (got {kv!r})")
+        cargs[key] = val
+    try:
+        make_controller(a.controller, max(a.draft_length, 0), **cargs)
+    except SpecvizError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise SpecvizError(f"--controller {a.controller} with {a.controller_arg}: {e}") from None
+
+
+def check_device(device: str) -> None:
+    from specviz.models.loading import resolve_device
+
+    if device.startswith("cuda:"):
+        n = device.partition(":")[2]
+        if not n.isdigit():
+            raise SpecvizError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
+        import torch
+
+        if torch.cuda.is_available() and int(n) >= torch.cuda.device_count():
+            raise SpecvizError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    resolve_device(device)
+
+
+# ---- the pass ----------------------------------------------------------------------------
+
+def check_run_args(cmd: str, a) -> None:
+    check_device(a.device)
+    target_dir = model_dir(a.target, "--target")
+    draft_dir = check_draft(a.draft, "--draft")
+    if getattr(a, "peer_draft", None):
+        check_draft(a.peer_draft, "--peer-draft")
+    if cmd == "sweep" and a.draft == "none":
+        raise SpecvizError("a sweep compares speculative with regular decoding: give a --draft other than none")
+    check_controller(a)
+    prompts = prompts_of(a)
+    if cmd != "calibrate" and not prompts:
+        raise SpecvizError("no prompts given: pass --prompt TEXT or --prompts FILE")
+    if cmd == "run" and a.out:
+        check_out_file(a.out, "--out")
+        if a.prompts and Path(a.out).expanduser().resolve() == Path(a.prompts).expanduser().resolve():
+            raise SpecvizError(f"--out {a.out} is the prompts file: the trace would overwrite it")
+    if cmd == "sweep":
+        check_out_dir(a.out_dir, "--out-dir")
+    check_context(a, cmd, prompts, target_dir, draft_dir if a.mode == "speculative" or cmd != "run" else None)
+
+
+def check_distill_args(a) -> None:
+    check_device(a.device)
+    target_dir = model_dir(a.target, "--target")
+    check_out_dir(a.out, "--out")
+    if a.data:
+        check_out_dir(a.data, "--data")
+    feature = a.kind == "feature"
+    if a.init_layers == "random" and not feature:
+        raise SpecvizError("--init-layers random is for --kind feature; a token draft starts from target layers")
+    cfg = _config_json(target_dir) or {}
+    n_target, vocab = cfg.get("num_hidden_layers"), cfg.get("vocab_size")
+    if a.init_layers not in ("first", "random"):
+        ids = int_list(a.init_layers, "--init-layers", 0)
+        want = 1 if feature else a.layers
+        if len(ids) != want or (n_target and max(ids) >= n_target):
+            raise SpecvizError(f"--init-layers needs {want} comma-separated layer ids"
+                               + (f" in 0..{n_target - 1}" if n_target else "") + f" (got {a.init_layers!r})")
+    elif a.init_layers == "first" and n_target and not feature and a.layers > n_target:
+        raise SpecvizError(f"--layers {a.layers} is more than the target's {n_target} layers to start from")
+    if vocab and a.vocab > vocab:
+        raise SpecvizError(f"--vocab {a.vocab} exceeds the target's vocabulary ({vocab})")
+    if vocab and a.topk > vocab:
+        raise SpecvizError(f"--topk {a.topk} exceeds the target's vocabulary ({vocab})")
+    from specviz.prompts.fit import context_length
+
+    context = context_length(cfg) if cfg else (DEFAULT_CONTEXT if a.target == "default" else None)
+    check_room(max(a.max_new_tokens, a.eval_max_new_tokens), max(int_list(a.eval_ks, "--eval-ks")), context,
+               _model_name(a.target))
+
+
+def check_args(cmd: str, a) -> None:
+    """The whole pass for one parsed command line; raises SpecvizError at the first problem."""
+    check_numbers(a)
+    if cmd in RUN_COMMANDS:
+        check_run_args(cmd, a)
+    elif cmd == "distill":
+        check_distill_args(a)
