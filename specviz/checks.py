@@ -36,12 +36,14 @@ INTS = {
     "topk": (1, None), "steps": (0, None), "vocab": (1, None), "layers": (1, None), "eval_every": (1, None),
     "eval_prompts": (1, None), "eval_max_new_tokens": (1, None), "cost_rounds": (1, None),
     "cost_prefix_len": (1, None), "threads": (0, 4096),
+    "requests": (1, None),  # run's request queue (issue 17); None = the batch size
 }
 # dest: (interval as written in the message, low, low included, high, high included); None = unset is fine
 FLOATS = {
     "temperature": ("0 (greedy) or positive", 0.0, True, math.inf, False),
     "top_p": ("in (0, 1]", 0.0, False, 1.0, True),
     "draft_confidence": ("in [0, 1)", 0.0, True, 1.0, False),
+    "arrival_rate": ("0 (all queued at the start) or a positive number of requests per second", 0.0, True, math.inf, False),
     "lr": ("positive", 0.0, False, math.inf, False),
     "weight_decay": ("0 or more", 0.0, True, math.inf, False),
     "gen_budget_min": ("positive minutes", 0.0, False, math.inf, False),
@@ -68,6 +70,7 @@ CHECKED = {
 NEEDS_NO_CHECK = {
     "help": "argparse prints the help",
     "raw_prompt": "a switch: both values are valid",
+    "static": "a switch: both values are valid",
     "no_peer": "a switch: both values are valid",
     "recalibrate": "a switch: both values are valid",
     "no_freeform": "a switch: both values are valid",
@@ -106,6 +109,10 @@ def check_numbers(a) -> None:
             raise SpecvizError(f"{_name(dest)} must be {'0 or more' if lo == 0 else f'at least {lo}'} (got {v})")
         if hi is not None and v > hi:
             raise SpecvizError(f"{_name(dest)} must be at most {hi} (got {v})")
+    requests, slots = getattr(a, "requests", None), getattr(a, "batch_size", None)
+    if requests is not None and slots is not None and requests < slots:
+        raise SpecvizError(f"{requests} requests cannot fill {slots} slots: give --requests >= --batch-size, "
+                           f"or --batch-size {requests}")
     for dest, (said, lo, lo_in, hi, hi_in) in FLOATS.items():
         v = getattr(a, dest, None)
         if v is None:

@@ -36,6 +36,13 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "(transformers' assistant_confidence_threshold; 0 = always draft k)")
 
 
+    p.add_argument("--requests", type=int, default=None, metavar="N",
+                   help="requests served through --batch-size slots, prompts cycled to N; a finished row's slot "
+                        "goes to the next request (default: the batch size, one static batch)")
+    p.add_argument("--arrival-rate", type=float, default=0.0, metavar="R",
+                   help="requests arrive at R per second (Poisson, seeded by --seed); 0 = all queued at the start")
+    p.add_argument("--static", action="store_true",
+                   help="with --requests: consecutive static batches (BASS-style), no refill of finished rows")
 def _config(a):
     from specviz.run import RunConfig, read_prompts
 
@@ -52,7 +59,8 @@ def _config(a):
                      draft_length=a.draft_length, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
                      top_p=a.top_p, seed=a.seed, controller=a.controller, mode=a.mode, device=a.device,
                      dtype=a.dtype, raw_prompt=a.raw_prompt, controller_args=cargs,
-                     draft_confidence=a.draft_confidence)
+                     draft_confidence=a.draft_confidence, requests=getattr(a, "requests", None),
+                     arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False))
 
 
 def _progress(total: int, desc: str):
@@ -65,7 +73,7 @@ def _progress(total: int, desc: str):
 def _run_with_progress(cfg, target, proposer, desc: str, telemetry: bool = True):
     from specviz.run import run
 
-    bar = _progress(cfg.batch_size * cfg.max_new_tokens, desc)
+    bar = _progress(cfg.num_requests * cfg.max_new_tokens, desc)
 
     def on_step(dec, rec):
         bar.update(sum(len(r["emitted"]) for r in rec["rows"]))

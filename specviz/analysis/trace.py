@@ -53,16 +53,17 @@ def request_summary(steps: list[dict], sequences: list[dict], wall_s: float) -> 
     done = [s for s in sequences if s.get("leave_s") is not None]
     lat, ttft, tpot = ([s.get(k) for s in done] for k in ("latency_s", "ttft_s", "tpot_s"))
     queue = [s.get("queue_length", 0) for s in steps]
+    active = [s.get("batch_size", sum(r["active"] for r in s["rows"])) for s in steps]
     out = {
         "requests": len(sequences),
         "requests_finished": len(done),
         "throughput_requests_per_s": _div(len(done), wall_s),
         "goodput_tokens_per_s": _div(sum(len(s["output_token_ids"]) for s in sequences), wall_s),
-        "processed_tokens_per_s": _div(sum(s.get("verify_width", s["k"] + 1) * s["batch_size"] for s in steps), wall_s),
+        "processed_tokens_per_s": _div(sum(s.get("verify_width", s["k"] + 1) * b for s, b in zip(steps, active)), wall_s),
         "join_prefill_s": sum(s.get("t_prefill", 0.0) for s in steps),
         "mean_queue_length": _div(sum(queue), len(queue)),
         "max_queue_length": max(queue, default=0),
-        "mean_active_rows": _div(sum(s["batch_size"] for s in steps), len(steps)),
+        "mean_active_rows": _div(sum(active), len(steps)),
     }
     for name, values in (("latency", lat), ("ttft", ttft), ("tpot", tpot)):
         out[f"{name}_p50_s"], out[f"{name}_p95_s"] = percentile(values, 50), percentile(values, 95)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from specviz.analysis import analytic
+from specviz.analysis import analytic, steady
 
 K_MAX = 16  # default cap on the draft length for the adaptive policies
 
@@ -264,6 +264,27 @@ class Analytic:
                 counts[1] += analytic.positions_tried(d, a)
 
 
+@dataclasses.dataclass
+class Goodput(Analytic):
+    """SmartSpec's rule (Liu et al. 2024, arXiv 2406.14066) on our cost model: each step, the k in
+    0..k_max (0 = no drafting) with the highest expected output tokens per predicted second,
+    sum_i E(alpha_i, k) / T_step(b, k) (:func:`specviz.analysis.steady.step_goodput`), over the b
+    rows about to step. Rows that stepped before count at their own acceptance estimate (as in
+    :class:`Analytic`), rows that just joined at the batch's. No ragged-completion term: in a
+    refilled batch a finished row's slot goes to the next request. Without ``costs`` it falls back
+    to Analytic's batch-1 formula. As in Analytic, the estimate freezes while k = 0.
+    """
+
+    name: str = "goodput"
+
+    def next_k(self, batch_size: int) -> int:
+        if self.costs is None:
+            return super().next_k(batch_size)
+        known = [self.row_alpha(r) for r in sorted(self.left)][:batch_size]
+        alphas = known + [self.alpha] * (batch_size - len(known))
+        return steady.goodput_k(alphas, self.costs, self.k_max)
+
+
 # ---------------------------------------------------------------------------------------------
 # Builders take the starting / fixed k and ignore options meant for other policies, so a caller
 # can pass one set (k_max, table, costs, ...) whatever the name. Numbers may arrive as strings
@@ -326,8 +347,13 @@ def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, 
     return policy
 
 
+def _goodput(k, **kwargs):
+    return Goodput(**{f.name: getattr(_analytic(k, **kwargs), f.name) for f in dataclasses.fields(Analytic)
+                      if f.init and f.name != "name"})
+
+
 # Policies that choose k from the calibrated cost model (runner hands them the pair's calibration).
-COST_AWARE = ("analytic", "bass-capped")
+COST_AWARE = ("analytic", "bass-capped", "goodput")
 
 CONTROLLERS = {
     "fixed": lambda k, **_: Fixed(k),
@@ -336,6 +362,7 @@ CONTROLLERS = {
     "bass-capped": _bass_capped,
     "table": _table,
     "analytic": _analytic,
+    "goodput": _goodput,
 }
 
 
