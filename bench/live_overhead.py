@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from omp_threads import in_thread  # noqa: E402
-from specviz.app import state as appstate, charts  # noqa: E402
+from specviz.app import state as appstate, charts, tokentext  # noqa: E402
 from specviz.prompts.sets import CHAT  # noqa: E402
 from specviz.run import RunConfig, load_pair, run  # noqa: E402
 
@@ -35,7 +35,7 @@ def draw_all(trace, decode) -> None:
             charts.token_latency(trace), charts.utilization(trace), charts.position_acceptance(trace)]
     for f in figs:
         f.to_json()
-    charts.token_html(trace, decode, 16)
+    tokentext.token_html(trace, decode, 16)
 
 
 def live(cfg, decode, interval: float = 0.5, draw: bool = True):

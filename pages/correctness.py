@@ -4,14 +4,15 @@ and the sampled acceptance rule must reproduce the target distribution."""
 import dataclasses
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
-from specviz.app import state as appstate, charts
-
-from specviz.prompts import sets as promptsets
+from specviz.analysis.explain import exactness
+from specviz.app import jobs, modelcharts, state as appstate
 from specviz.common import SpecvizError
+from specviz.prompts import sets as promptsets
 from specviz.run import RunConfig, get_model, make_proposer, run
+
+JOB_KEY = "corr_job"
 
 appstate.init_state()
 st.title("Correctness")
@@ -29,7 +30,23 @@ k = c2.slider("draft length", 1, 16, 4, key="corr_k")
 max_new = c3.slider("max new tokens", 4, 128, 24, key="corr_max_new")
 pset = c1.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="corr_prompts")
 
-if st.button("Check exactness", key="corr_run", type="primary"):
+def exactness_job(cfg: RunConfig):
+    """Both modes on the fp32 target, in the job's thread: the rows of divergence_rows."""
+    def fn(job: jobs.Job) -> list[dict]:
+        job.say("loading the fp32 target…")
+        target = get_model(cfg.target, cfg.device, "float32")
+        job.say("speculative run…")
+        spec = run(cfg, target, make_proposer(cfg.draft, target), telemetry=False)
+        if job.stopped:
+            return []
+        job.say("regular run…")
+        regular = run(dataclasses.replace(cfg, mode="regular"), target, None, telemetry=False)
+        return appstate.divergence_rows(spec, regular, target)
+    return fn
+
+
+job = st.session_state.get(JOB_KEY)
+if st.button("Check exactness", key="corr_run", type="primary", disabled=job is not None and job.running):
     v = appstate.sidebar_values(st.session_state)
     draft = appstate.draft_spec(st.session_state)
     cfg = RunConfig(target=v["target"], draft=draft if draft not in ("none", "") else "ngram", device=v["device"],
@@ -37,27 +54,56 @@ if st.button("Check exactness", key="corr_run", type="primary"):
                     max_new_tokens=max_new, temperature=0.0)
     try:
         cfg.validate()
-        with appstate.model_lock(), st.spinner("loading the fp32 target and running both modes…"):
-            target = get_model(cfg.target, cfg.device, "float32")
-            spec = run(cfg, target, make_proposer(cfg.draft, target), telemetry=False)
-            regular = run(dataclasses.replace(cfg, mode="regular"), target, None, telemetry=False)
-            st.session_state["corr_rows"] = appstate.divergence_rows(spec, regular, target)
     except SpecvizError as e:
         st.error(str(e))
-    except Exception as e:
-        st.error(appstate.error_message(e, cfg))
+    else:
+        st.session_state["corr_rows"] = None
+        job = jobs.Job(exactness_job(cfg), appstate.model_lock()).start()
+        st.session_state[JOB_KEY] = job
 
-rows = st.session_state.get("corr_rows")
-if rows:
-    exact = sum(r["match"] for r in rows)
-    st.metric("rows with exact match", f"{exact} / {len(rows)}")
-    st.dataframe(pd.DataFrame([{"row": r["index"], "exact match": r["match"],
-                                "first divergent position": r["first_divergence"],
-                                "regular top-1 − top-2 logit margin there": r["margin"], "tokens": r["length"]}
-                               for r in rows]), hide_index=True)
-    st.plotly_chart(charts.divergence_chart(rows), key="corr_chart")
+
+def exactness_view() -> None:
+    job = st.session_state.get(JOB_KEY)
+    if job is not None and job.running:
+        st.info(f"{'queued: another run holds the model' if job.status == 'queued' else job.note}")
+        return
+    if job is not None and job.status == "error":
+        st.error(job.error)
+    elif job is not None and job.status == "done" and st.session_state.get("corr_rows") is None:
+        st.session_state["corr_rows"] = job.result
+        if st.session_state.get("_corr_fragment"):
+            st.rerun(scope="app")
+    rows = st.session_state.get("corr_rows")
+    if rows:
+        ex = exactness(rows)
+        st.metric("rows identical to regular decoding", f"{ex['identical']} / {ex['rows']}")
+        st.dataframe(pd.DataFrame([{"row": r["index"], "identical": r["match"],
+                                    "first divergent position": r["first_divergence"],
+                                    "regular top-1 − top-2 logit margin there": r["margin"], "tokens": r["length"]}
+                                   for r in rows]), hide_index=True)
+        st.plotly_chart(modelcharts.divergence_chart(rows), key="corr_chart")
+    else:
+        last = last_run_exactness()
+        st.info("press Check exactness to run both modes on the same prompts in fp32" + (f". {last}" if last else ""))
+
+
+def last_run_exactness() -> str:
+    """What the Live page's race already showed, if the last run was greedy and raced."""
+    trace, reg = appstate.current_trace(), st.session_state.get("regular_trace")
+    if not trace or not reg or trace.get("config", {}).get("temperature", 0) != 0:
+        return ""
+    ex = exactness(appstate.divergence_rows(trace, reg, None))
+    dtype = trace["config"].get("dtype", "")
+    return (f"The last Live run ({dtype}, greedy, raced): output identical to regular decoding in "
+            f"{ex['identical']}/{ex['rows']} rows")
+
+
+job = st.session_state.get(JOB_KEY)
+st.session_state["_corr_fragment"] = job is not None and job.running
+if job is not None and job.running:
+    st.fragment(exactness_view, run_every=1.0)()
 else:
-    st.info("press Check exactness to run both modes on the same prompts")
+    exactness_view()
 
 # ---- sampling: distribution check ----------------------------------------------------------------
 st.subheader("Sampling: the acceptance rule reproduces the target distribution")
@@ -76,8 +122,6 @@ if res:
     m1.metric("chi-square", f"{res['chi2']:.2f}", help=f"{res['dof']} degrees of freedom")
     m2.metric("p-value", f"{res['p_value']:.3f}", help="a p-value that is not tiny means no evidence against losslessness")
     m3.metric("draft acceptance rate", f"{res['acceptance_rate']:.2f}")
-    fig = go.Figure([go.Bar(name="observed", y=res["counts"]), go.Bar(name="expected n·p", y=res["expected"])])
-    fig.update_layout(barmode="group", xaxis_title="token id", yaxis_title="count", height=300)
-    st.plotly_chart(fig, key="dist_chart")
+    st.plotly_chart(modelcharts.distribution_chart(res["counts"], res["expected"]), key="dist_chart")
     (st.success if res["p_value"] > 0.001 else st.error)(
         "consistent with the target distribution" if res["p_value"] > 0.001 else "counts differ from p (p < 0.001)")

@@ -5,9 +5,9 @@ import importlib.util
 import streamlit as st
 import torch
 
-from specviz.app import state as appstate, charts
-
 from specviz import telemetry
+from specviz.analysis.hardware import verify_use
+from specviz.app import charts, state as appstate
 from specviz.common import SpecvizError
 from specviz.models.loading import resolve_device, resolve_dtype
 from specviz.run import hardware_info
@@ -36,7 +36,11 @@ if trace is None:
     st.info("no run yet: press Run on the Live page (or load a trace there)")
 else:
     st.plotly_chart(charts.utilization(trace, telemetry.UTIL_LABELS), key="hw_utilization")
-    st.caption("NVML utilization is kernel-busy % (a kernel ran during the sample window), not throughput.")
+    sources = {s.get("source") for s in trace.get("telemetry") or []}
+    if "nvml" in sources:
+        st.caption("NVML utilization is kernel-busy % (a kernel ran during the sample window), not throughput.")
+    elif "psutil" in sources:
+        st.caption("CPU: this process's CPU time as % of the cores it may use (100% = all of them busy with it).")
 
 # ---- peaks, MBU / MFU ----------------------------------------------------------------------------
 st.subheader("Peaks and utilization ratios")
@@ -52,16 +56,12 @@ if peaks:
     c1.metric("peak bandwidth", f"{peaks['peak_bytes_per_s'] / 1e9:.1f} GB/s")
     c2.metric("peak matmul", f"{peaks['peak_flops'] / 1e12:.2f} TFLOP/s")
     target = appstate.loaded_target()
-    steps = [s for s in (trace or {}).get("steps", []) if s.get("t_verify")]
-    if target is not None and steps:
-        t_verify = sum(s["t_verify"] for s in steps) / len(steps)
-        kv = sum(s.get("kv_bytes", 0) for s in steps) / len(steps)
-        tokens = sum(s.get("batch_size", 1) * (s["k"] + 1) for s in steps) / len(steps)
-        mbu = telemetry.mbu(target.weight_bytes, kv, t_verify, peaks["peak_bytes_per_s"])
-        mfu = telemetry.mfu(telemetry.forward_flops(target.num_params, int(tokens)), t_verify, peaks["peak_flops"])
-        c1.metric("MBU of the verify forward", f"{100 * mbu:.1f}%",
+    use = verify_use((trace or {}).get("steps", []), target.weight_bytes, target.num_params, peaks) if target else None
+    if use is not None:
+        c1.metric("MBU of the verify forward", f"{100 * use['mbu']:.1f}%",
                   help="(weights + KV bytes read once per forward) / forward time / peak bandwidth")
-        c2.metric("MFU of the verify forward", f"{100 * mfu:.2f}%", help="2 x params FLOPs per token processed")
+        c2.metric("MFU of the verify forward", f"{100 * use['mfu']:.2f}%", help="2 x params FLOPs per token processed")
+        st.caption(f"mean verify forward: {use['t_verify_s'] * 1e3:.1f} ms over {use['tokens']:.0f} tokens")
 
 st.subheader("Cost-model calibration")
 costs = appstate.trace_costs(trace)

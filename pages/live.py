@@ -12,7 +12,8 @@ import zipfile
 
 import streamlit as st
 
-from specviz.app import state as appstate, charts
+from specviz.analysis import explain
+from specviz.app import state as appstate, charts, tokentext
 
 from specviz.prompts import sets as promptsets
 from specviz.common import SpecvizError
@@ -55,8 +56,9 @@ with c3:
     st.selectbox("Prompt set", list(promptsets.PROMPT_SETS), key="prompt_set", on_change=load_prompt_set,
                  help="n-gram drafts shine on the copy-heavy summarize/rewrite set")
     st.number_input("Seed", 0, 2**31 - 1, 0, key="seed")
-    st.checkbox("Race against regular decoding", key="race",
-                help="afterwards, run regular decoding on the same prompts and replay both in real time")
+    st.checkbox("Race against regular decoding", value=True, key="race",
+                help="afterwards, run regular decoding on the same prompts: the measured speedup, the exactness "
+                     "check and the race replay need it")
 st.text_area("Prompts, one per line (write a newline inside a prompt as \\n; rows cycle through them)",
              key="prompts_text", height=130)
 
@@ -120,23 +122,84 @@ if running:
 
 def headline(trace: dict, regular: dict | None) -> None:
     s = trace.get("summary", {})
-    cols = st.columns(5)
+    cfg = trace.get("config", {})
+    cols = st.columns(6)
     fmt = lambda v, f: f.format(v) if v is not None else "—"  # noqa: E731
-    cols[0].metric("tokens/s", fmt(s.get("tokens_per_s"), "{:.1f}"))
-    cols[1].metric("mean acceptance length", fmt(s.get("mean_acceptance_length"), "{:.2f}"),
-                   help="output tokens per row-step, including the recovered/bonus token")
-    cols[2].metric("acceptance rate", fmt(s.get("acceptance_rate"), "{:.2f}"), help="accepted / drafted")
-    measured = None
-    if regular and regular.get("summary", {}).get("tokens_per_s") and s.get("tokens_per_s"):
-        measured = s["tokens_per_s"] / regular["summary"]["tokens_per_s"]
-    cols[3].metric("measured speedup", fmt(measured, "{:.2f}x"), help="tokens/s over regular decoding (tick Race)")
+    alpha = appstate.alpha_from_trace(trace)
+    cols[0].metric("tokens/s", fmt(s.get("tokens_per_s"), "{:.1f}"), help="output tokens of all rows / wall time")
+    cols[1].metric("α (per-position acceptance)", fmt(alpha, "{:.3f}"),
+                   help="accepted draft tokens / draft positions the target checked (see the definitions below)")
+    cols[2].metric("acceptance rate", fmt(s.get("acceptance_rate"), "{:.3f}"),
+                   help="accepted / drafted, counting the drafted tokens thrown away after a rejection")
+    cols[3].metric("mean acceptance length", fmt(s.get("mean_acceptance_length"), "{:.2f}"),
+                   help="output tokens per row-step: accepted + the recovered or bonus token")
+    measured = explain.measured_speedup(trace, regular)
+    cols[4].metric("measured speedup", fmt(measured, "{:.2f}x"),
+                   help="tokens/s over regular decoding of the same prompts, run right after (Race)")
     costs = appstate.trace_costs(trace)
-    c = appstate.draft_cost_ratio(trace) or 0.05
-    pred = appstate.predicted_speedup(trace, costs, cost_ratio=c)
-    cols[4].metric("predicted speedup", fmt(pred, "{:.2f}x"),
-                   help=("fitted cost model; each row's own alpha and length, the batch running to its last row"
+    c = appstate.draft_cost_ratio(trace)
+    pred = appstate.predicted_speedup(trace, costs, cost_ratio=c if c is not None else 0.05)
+    cols[5].metric("predicted speedup", fmt(pred, "{:.2f}x"),
+                   help=("fitted cost model; each row's own α and length, the batch running to its last row"
                          if costs is not None else
-                         f"not calibrated yet: batch-1 formula with measured alpha and c={c:.3f}"))
+                         f"not calibrated yet: batch-1 formula with the measured α and c = {c or 0.05:.3f}"))
+    st.markdown(tokentext.ALPHA_DEFINITION + " " + tokentext.ACCEPTANCE_RATE_DEFINITION)
+    if cfg.get("mode") == "regular":
+        return
+    if measured is None and not trace.get("partial"):
+        st.caption("measured speedup: tick *Race against regular decoding* and run again to measure it.")
+    elif measured is not None and pred is not None:
+        reason = explain.gap_reason(measured, pred, alpha, c, explain.verify_ratio(trace, regular),
+                                    explain.ragged_tail(trace))
+        st.markdown(f"**Measured {measured:.2f}× vs predicted {pred:.2f}× ({measured - pred:+.2f}).** {reason}.")
+    draft_line(cfg, c)
+    exactness_line(trace, regular)
+
+
+def draft_line(cfg: dict, c: float | None) -> None:
+    """What this draft is: its layers and parameters against the target's, and its measured cost."""
+    name = cfg.get("draft_name") or cfg.get("draft")
+    cost = f"measured cost ratio c = {c:.3f} (one draft token costs {100 * c:.1f}% of a target verify step)" if c else ""
+    if cfg.get("draft_params"):
+        tgt = (f" against the target's {cfg['target_layers']} layers and {cfg['target_params'] / 1e6:.0f}M"
+               if cfg.get("target_params") else "")
+        st.caption(f"**What is this draft:** {name}: {cfg.get('draft_layers')} layers, "
+                   f"{cfg['draft_params'] / 1e6:.0f}M parameters{tgt} (it shares the target's tokenizer); {cost}.")
+    elif name and str(name).startswith("ngram"):
+        st.caption("**What is this draft:** prompt lookup (n-grams): no model, it proposes the tokens that followed "
+                   f"the row's last few tokens earlier in its own context, so it costs almost nothing; {cost}.")
+    elif name:
+        st.caption(f"**What is this draft:** {name}; {cost}.")
+
+
+def exactness_line(trace: dict, regular: dict | None) -> None:
+    """After a greedy run with its regular baseline: did speculation change the output?"""
+    if regular is None or trace.get("partial") or trace.get("config", {}).get("temperature", 0) != 0:
+        return
+    cache = st.session_state.setdefault("_exactness", {})
+    key = (id(trace), id(regular))
+    if key not in cache:
+        rows = appstate.divergence_rows(trace, regular, None)
+        if any(not r["match"] for r in rows):  # the margins need one target forward per diverged row
+            target = appstate.loaded_target()
+            lock = appstate.model_lock()
+            if target is not None and lock.acquire(timeout=5):
+                try:
+                    rows = appstate.divergence_rows(trace, regular, target)
+                finally:
+                    lock.release()
+        cache.clear()
+        cache[key] = explain.exactness(rows)
+    ex = cache[key]
+    line = f"**Output identical to regular decoding: {ex['identical']}/{ex['rows']} rows.**"
+    if ex["diverged"]:
+        dtype = trace.get("config", {}).get("dtype", "")
+        where = "; ".join(f"row {d['row']} from token {d['position']}"
+                          + (f" (regular top-1 − top-2 logit margin {d['margin']:.3g})" if d["margin"] is not None else "")
+                          for d in ex["diverged"])
+        line += (f" Diverged: {where}. A tiny margin is a near-tie that a (k+1)-token verify rounds differently in "
+                 f"{dtype or 'this dtype'}, not a bookkeeping bug; the Correctness page checks exactness in fp32.")
+    (st.success if not ex["diverged"] else st.warning)(line)
 
 
 def draw(trace: dict, decode, live: bool, regular: dict | None = None) -> None:
@@ -146,21 +209,53 @@ def draw(trace: dict, decode, live: bool, regular: dict | None = None) -> None:
                f"draft={cfg.get('draft_name') or cfg.get('draft')}, {len(trace.get('steps', []))} steps")
     headline(trace, regular)
     left, right = st.columns(2)
+    left.plotly_chart(charts.phase_timeline(trace), key="phase_timeline")
+    right.plotly_chart(charts.phase_totals(trace), key="phase_totals")
     left.plotly_chart(charts.acceptance_heatmap(trace, decode, max_hover_steps=150 if live else 400),
                       key="acceptance_heatmap")
     right.plotly_chart(charts.acceptance_rate_bars(trace), key="acceptance_rate")
     left.plotly_chart(charts.ragged_lengths(trace), key="ragged_lengths")
     right.plotly_chart(charts.wasted_slots(trace), key="wasted_slots")
-    left.plotly_chart(charts.phase_timeline(trace), key="phase_timeline")
-    right.plotly_chart(charts.token_latency(trace), key="token_latency")
-    left.plotly_chart(charts.utilization(trace, _util_labels()), key="utilization")
+    left.plotly_chart(charts.token_latency(trace), key="token_latency")
     right.plotly_chart(charts.position_acceptance(trace), key="position_acceptance")
+    left.plotly_chart(charts.utilization(trace, _util_labels()), key="utilization")
     st.subheader("Generated text")
-    st.markdown(charts.legend_html(), unsafe_allow_html=True)
-    rows = charts.token_html(trace, decode, max_rows=16)
+    st.markdown(tokentext.legend_html(), unsafe_allow_html=True)
+    rows = tokentext.token_html(trace, decode, max_rows=16)
     st.markdown("".join(f"<p><b>row {i}</b> {h}</p>" for i, h in rows), unsafe_allow_html=True)
     if len(trace.get("sequences", [])) > 16:
         st.caption(f"first 16 of {len(trace['sequences'])} rows shown")
+    if not live:
+        step_explainer(trace, decode)
+
+
+def _move_step(delta: int, count: int) -> None:
+    st.session_state["explain_step"] = min(max(st.session_state.get("explain_step", 0) + delta, 0), count - 1)
+
+
+def step_explainer(trace: dict, decode) -> None:
+    """One row-step at a time, like slides: what was drafted, accepted, rejected, and added."""
+    rows = sorted({r["index"] for s in trace.get("steps", []) for r in s["rows"] if r.get("active")})
+    if not rows or trace.get("config", {}).get("mode") == "regular":
+        return
+    st.subheader("Step explainer: one row, one step")
+    st.caption("Pick a row and step through its steps: the draft proposes k tokens, the target checks them all in "
+               "one forward, keeps the accepted prefix, and adds one token of its own (recovered or bonus).")
+    c1, c2, c3, c4 = st.columns([2, 4, 1, 1])
+    row = c1.selectbox("row", rows, key="explain_row", format_func=lambda i: f"row {i}")
+    steps = explain.active_steps(trace, row)
+    count = len(steps)
+    if st.session_state.get("explain_step", 0) >= count:
+        st.session_state["explain_step"] = count - 1
+    if count > 1:
+        n = c2.slider("step of this row", 0, count - 1, key="explain_step")
+    else:
+        st.session_state["explain_step"] = n = 0
+    c3.button("◀ Previous", key="explain_prev", on_click=_move_step, args=(-1, count), disabled=n <= 0)
+    c4.button("Next ▶", key="explain_next", on_click=_move_step, args=(1, count), disabled=n >= count - 1)
+    d = explain.step_detail(trace, row, steps[n])
+    st.markdown(f"**Row {row}, step {d['step']}** ({n + 1} of {count} for this row)")
+    st.markdown(tokentext.step_html(d, decode), unsafe_allow_html=True)
 
 
 def _util_labels():

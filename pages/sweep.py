@@ -1,116 +1,136 @@
-"""Sweep: measure a grid of batch sizes x draft lengths from the browser; measured speedup vs
-regular decoding (k = 0 at the same batch size), the model's prediction, best k per b."""
+"""Sweep: measured vs predicted speedup over batch sizes x draft lengths, from the browser.
 
-import dataclasses
-import time
+The page only starts and draws: ``python -m specviz sweep``'s own function
+(specviz.measure.sweep.sweep_config: the cached calibration or a new one, then every cell
+interleaved regular / speculative) runs in a background job (specviz.app.jobs) that holds the
+model lock, so the numbers are the CLI's and the UI is never blocked.
+"""
 
 import pandas as pd
 import streamlit as st
 
-from specviz.analysis import analytic as an
-from specviz.app import state as appstate, charts
-
-from specviz.prompts import sets as promptsets
+from specviz.app import jobs, modelcharts, state as appstate, tokentext
 from specviz.common import SpecvizError
-from specviz.run import RunConfig, load_pair, run
+from specviz.measure.sweep import sweep_config
+from specviz.prompts import sets as promptsets
+from specviz.run import RunConfig
+
+JOB_KEY = "sweep_job"
+POLL_S = 1.0
 
 appstate.init_state()
 st.session_state.setdefault("sweep_results", [])
-st.title("Sweep: batch size x draft length")
+st.title("Sweep: batch size × draft length")
 appstate.run_banner()
-st.caption("Each cell is one run on the sidebar's pair; speedup = tokens/s at (b, k) / tokens/s at (b, 0) "
-           "(regular decoding through the same engine).")
+st.caption("The same measurement as `python -m specviz sweep`: for every cell, each prompt runs at batch size b "
+           "with regular decoding and with speculative decoding at draft length k, interleaved in one process; "
+           "measured speedup = speculative tokens/s / regular tokens/s. Predictions come from the calibrated cost "
+           "model (calibrated first if this pair has no calibration yet).")
+st.markdown(tokentext.ALPHA_FIT_DEFINITION + " The Live and Speedup pages count α directly from the trace.")
 
+job = st.session_state.get(JOB_KEY)
+running = job is not None and job.running
 c1, c2, c3 = st.columns(3)
-batches = c1.multiselect("batch sizes", [1, 2, 4, 8, 16, 32, 64], [1, 4], key="sweep_b")
-ks = c2.multiselect("draft lengths (k = 0 is always run as the baseline)", list(range(1, 17)), [2, 4], key="sweep_k")
+batches = c1.multiselect("batch sizes b", [1, 2, 4, 8, 16, 32, 64], [1, 4], key="sweep_b")
+ks = c2.multiselect("draft lengths k", list(range(1, 17)), [2, 4], key="sweep_k")
+repeats = c2.number_input("repeats per cell (median)", 1, 9, 1, key="sweep_repeats")
 max_new = c3.slider("max new tokens", 4, 128, 16, key="sweep_max_new")
 pset = c3.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="sweep_prompts")
-go = st.button("Run sweep", key="sweep_run", type="primary")
+b1, b2, _ = st.columns([1, 1, 6])
+go = b1.button("Run sweep", key="sweep_run", type="primary", disabled=running)
+stop = b2.button("Stop", key="sweep_stop", disabled=not running)
 
 
-def cell_result(b: int, k: int, trace: dict) -> dict:
-    s = trace["summary"]
-    return {"b": b, "k": k, "tokens_per_s": s["tokens_per_s"], "acceptance_rate": s["acceptance_rate"],
-            "mean_acceptance_length": s["mean_acceptance_length"], "alpha": appstate.alpha_from_trace(trace),
-            "c": appstate.draft_cost_ratio(trace), "wall_s": s["wall_s"], "speedup": None}
-
-
-def with_speedups(results: list[dict]) -> list[dict]:
-    base = {r["b"]: r["tokens_per_s"] for r in results if r["k"] == 0}
-    return [{**r, "speedup": r["tokens_per_s"] / base[r["b"]] if base.get(r["b"]) and r["tokens_per_s"] else None}
-            for r in results]
+def sweep_job(cfg: RunConfig, sizes: list[int], lengths: list[int], reps: int):
+    def fn(job: jobs.Job) -> dict:
+        rows, summary, _, config = sweep_config(cfg, sizes, lengths, reps, on_cell=job.report,
+                                                should_stop=lambda: job.stopped, note=job.say)
+        return {"rows": rows, "summary": summary, "config": config}
+    return fn
 
 
 if go:
     v = appstate.sidebar_values(st.session_state)
     draft = appstate.draft_spec(st.session_state)
-    grid = [(b, k) for b in sorted(batches) for k in [0] + sorted(set(ks))]
-    base = RunConfig(target=v["target"], draft=draft, device=v["device"], dtype=v["dtype"],
-                     prompts=promptsets.PROMPT_SETS[pset], max_new_tokens=max_new)
+    cfg = RunConfig(target=v["target"], draft=draft, device=v["device"], dtype=v["dtype"],
+                    prompts=promptsets.PROMPT_SETS[pset], max_new_tokens=int(max_new))
     try:
-        if not grid:
-            raise SpecvizError("choose at least one batch size")
+        if not batches or not ks:
+            raise SpecvizError("choose at least one batch size and one draft length")
         if draft in ("none", ""):
             raise SpecvizError("the sweep needs a draft: pick one in the sidebar (not 'none')")
-        base.validate()
-        lock = appstate.model_lock()
-        waiting = st.empty()
-        while not lock.acquire(timeout=0.5):
-            waiting.info("queued: another run is in progress")
-        waiting.empty()
-        try:
-            target, proposer = load_pair(base)
-            results = []
-            st.session_state["sweep_results"] = results
-            bar = st.progress(0.0, text="starting…")
-            t0 = time.perf_counter()
-            for n, (b, k) in enumerate(grid):
-                cfg = dataclasses.replace(base, batch_size=b, draft_length=k)
-                results.append(cell_result(b, k, run(cfg, target, proposer, telemetry=False)))
-                st.session_state["sweep_results"] = with_speedups(results)
-                elapsed = time.perf_counter() - t0
-                left = elapsed / (n + 1) * (len(grid) - n - 1)
-                bar.progress((n + 1) / len(grid), text=f"{n + 1}/{len(grid)} cells, {elapsed:.0f} s; about {left:.0f} s left")
-        finally:
-            lock.release()
+        cfg.validate()
     except SpecvizError as e:
         st.error(str(e))
-    except Exception as e:
-        st.error(appstate.error_message(e, base))
+    else:
+        st.session_state["sweep_results"] = []
+        job = jobs.Job(sweep_job(cfg, sorted(batches), sorted(set(ks)), int(repeats)), appstate.model_lock()).start()
+        st.session_state[JOB_KEY] = job
+        st.session_state["sweep_grid"] = len(batches) * len(set(ks))
+        running = True
+if stop and job is not None:
+    job.stop()
+    st.info("Stopping after the current cell; the cells measured so far stay.")
 
-results = st.session_state.get("sweep_results") or []
-if not results:
-    st.info("no sweep yet: choose the grid and press Run sweep")
-    st.stop()
+COLUMNS = {"batch_size": "b", "draft_length": "k", "alpha": "α fit", "acceptance_rate": "acceptance rate",
+           "measured_speedup": "measured speedup", "predicted_speedup": "predicted (ragged rows)",
+           "predicted_speedup_iid": "predicted (i.i.d. rows)", "spec_tokens_per_s": "speculative tok/s",
+           "regular_tokens_per_s": "regular tok/s"}
 
-df = pd.DataFrame(results)
-st.dataframe(df, hide_index=True)
-bs = sorted(df["b"].unique().tolist())
-kk = sorted(df["k"].unique().tolist())
-cell = {(r["b"], r["k"]): r for r in results}
-left, right = st.columns(2)
-left.plotly_chart(charts.bk_heatmap(bs, kk, [[(cell.get((b, k)) or {}).get("speedup") for k in kk] for b in bs],
-                                    title="Measured speedup by (b, k)"), key="sweep_measured")
 
-if True:
-    costs = appstate.trace_costs(appstate.current_trace())
+def cell_line(c: dict) -> str:
+    """One cell as the CLI prints it."""
+    return (f"B={c['batch_size']} k={c['draft_length']} alpha {c['alpha']:.3f}  measured {c['measured_speedup']:.2f}x  "
+            f"predicted {c['predicted_speedup']:.2f}x (i.i.d. rows {c['predicted_speedup_iid']:.2f}x)")
 
-    def predict(b, k):
-        r = cell.get((b, k))
-        if r is None or r["alpha"] is None:
-            return 1.0 if k == 0 else None
-        if costs is not None:
-            return an.speedup_batch(b, k, r["alpha"], costs.target, costs.draft, costs.overhead, costs.regular_overhead)
-        return an.speedup_batch1(r["alpha"], k, r["c"] or 0.0)
 
-    right.plotly_chart(charts.bk_heatmap(bs, kk, [[predict(b, k) for k in kk] for b in bs],
-                                         title="Predicted speedup (measured α per cell)"), key="sweep_predicted")
-    if costs is None:
-        right.caption("not calibrated yet: batch-1 formula with each cell's measured α and cost ratio c")
+def show() -> None:
+    job = st.session_state.get(JOB_KEY)
+    if job is not None:
+        cells = list(job.items)
+        st.session_state["sweep_results"] = cells
+        if job.running:
+            st.info(f"{'queued: another run holds the model' if job.status == 'queued' else 'measuring'}: "
+                    f"{len(cells)}/{st.session_state.get('sweep_grid', '?')} cells done. {job.note}")
+        elif job.status == "error":
+            st.error(job.error)
+        elif job.status == "stopped":
+            st.info(f"stopped after {len(cells)} cells")
+        if not job.running and not getattr(job, "_shown_final", False):
+            job._shown_final = True
+            if st.session_state.get("_sweep_fragment"):
+                st.rerun(scope="app")  # the buttons outside the fragment change state
+    cells = st.session_state.get("sweep_results") or []
+    if not cells:
+        if job is None:
+            st.info("no sweep yet: choose the grid and press Run sweep")
+        return
+    st.code("\n".join(cell_line(c) for c in cells), language=None)
+    st.dataframe(pd.DataFrame(cells)[list(COLUMNS)].rename(columns=COLUMNS), hide_index=True)
+    bs = sorted({c["batch_size"] for c in cells})
+    kk = sorted({c["draft_length"] for c in cells})
+    cell = {(c["batch_size"], c["draft_length"]): c for c in cells}
+    left, right = st.columns(2)
+    for col, field, title, key in ((left, "measured_speedup", "Measured speedup by (b, k)", "sweep_measured"),
+                                   (right, "predicted_speedup", "Predicted speedup by (b, k)", "sweep_predicted")):
+        z = [[(cell.get((b, k)) or {}).get(field) for k in kk] for b in bs]
+        col.plotly_chart(modelcharts.bk_heatmap(bs, kk, z, title=title), key=key)
+    result = job.result if job is not None and job.status == "done" else None
+    if result:
+        summary = result["summary"]
+        st.subheader("Best k per batch size")
+        if summary["median_abs_rel_error"] is not None:
+            st.caption(f"median |predicted − measured| / measured: {summary['median_abs_rel_error']:.3f}")
+        st.dataframe(pd.DataFrame([{"b": b, "best k (measured)": v["measured_best_k"],
+                                    "k* (predicted)": v["predicted_k_star"],
+                                    "k* (one α)": v["predicted_k_star_one_alpha"],
+                                    "speedup": v["measured_best_speedup"]}
+                                   for b, v in summary["per_batch_size"].items()]), hide_index=True)
 
-best = [max((r for r in results if r["b"] == b and r["speedup"] is not None), key=lambda r: r["speedup"], default=None)
-        for b in bs]
-st.subheader("Best k per batch size")
-st.dataframe(pd.DataFrame([{"batch size": r["b"], "best k": r["k"], "speedup": r["speedup"]} for r in best if r]),
-             hide_index=True)
+
+if running:
+    st.session_state["_sweep_fragment"] = True
+    st.fragment(show, run_every=POLL_S)()
+else:
+    st.session_state["_sweep_fragment"] = False
+    show()

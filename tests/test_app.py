@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+import workerfakes
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -177,10 +178,7 @@ def test_incompatible_tokenizers_show_error(foreign_model_dir):
 
 
 def test_out_of_memory_frees_memory_and_suggests_smaller_batch(monkeypatch):
-    def oom(cfg):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-
-    monkeypatch.setattr(liverun, "load_pair", oom)
+    monkeypatch.setattr(liverun, "load_pair", workerfakes.oom_pair)  # the worker process imports it
     at = new_app()
     run = finish(at, start_live_run(at))
     assert run.status == "error"
@@ -189,15 +187,8 @@ def test_out_of_memory_frees_memory_and_suggests_smaller_batch(monkeypatch):
 
 
 def test_slider_moved_mid_run_then_stop_keeps_partial_output(monkeypatch):
-    real_iter_run = liverun.iter_run
-
-    def long_iter_run(*args, **kwargs):  # no EOS and a small pause per step: still running when we look
-        for dec, rec in real_iter_run(*args, **kwargs):
-            dec.eos = set()
-            time.sleep(0.02)
-            yield dec, rec
-
-    monkeypatch.setattr(liverun, "iter_run", long_iter_run)
+    # no EOS and a small pause per step: still running when we look (the worker process imports it)
+    monkeypatch.setattr(liverun, "iter_run", workerfakes.endless_iter_run)
     at = new_app()
     run = start_live_run(at, batch=1, max_new=400, prompts="Count from one to one thousand in words.")
     assert run is not None
@@ -251,7 +242,17 @@ def test_model_lock_is_one_lock_for_every_session():
     assert appstate.model_lock() is appstate.model_lock()
 
 
-def test_sweep_page_measures_a_small_grid():
+def wait_job(at, key, timeout=180):
+    job = at.session_state[key]
+    deadline = time.monotonic() + timeout
+    while job.running and time.monotonic() < deadline:
+        job.join(1.0)
+    assert not job.running, f"job still {job.status} after {timeout} s"
+    at.run()
+    return job
+
+
+def test_sweep_page_runs_the_cli_sweep_in_a_job_and_shows_its_numbers():
     at = new_app(draft_kind="ngram")
     at.switch_page("pages/sweep.py").run()
     at.multiselect(key="sweep_b").set_value([1])
@@ -259,21 +260,28 @@ def test_sweep_page_measures_a_small_grid():
     at.slider(key="sweep_max_new").set_value(4)
     at.button(key="sweep_run").click().run()
     assert not at.exception and not errors(at)
+    job = wait_job(at, "sweep_job")
+    assert job.status == "done", job.error
+    assert not at.exception and not errors(at)
     cells = at.session_state["sweep_results"]
-    assert [(c["b"], c["k"]) for c in cells] == [(1, 0), (1, 2)]
-    assert cells[0]["speedup"] == pytest.approx(1.0) and cells[1]["speedup"] > 0
+    assert [(c["batch_size"], c["draft_length"]) for c in cells] == [(1, 2)]
+    assert cells[0]["measured_speedup"] > 0 and cells[0]["predicted_speedup"] > 0
+    assert any(f"B=1 k=2 alpha {cells[0]['alpha']:.3f}  measured {cells[0]['measured_speedup']:.2f}x" in c.value
+               for c in at.code)  # the line the CLI prints
     assert {"sweep_measured", "sweep_predicted"} <= {el.key for el in at.get("plotly_chart")}
 
 
-def test_correctness_page_checks_exactness_and_the_sampling_distribution():
+def test_correctness_page_checks_exactness_in_a_job_and_the_sampling_distribution():
     at = new_app(draft_kind="ngram")
     at.switch_page("pages/correctness.py").run()
     at.slider(key="corr_b").set_value(1)
     at.slider(key="corr_max_new").set_value(6)
     at.button(key="corr_run").click().run()
     assert not at.exception and not errors(at)
+    assert wait_job(at, "corr_job").status == "done"
     rows = at.session_state["corr_rows"]
     assert len(rows) == 1 and rows[0]["match"], rows  # fp32 greedy: speculative == regular
+    assert {m.label: m.value for m in at.metric}["rows identical to regular decoding"] == "1 / 1"
     at.button(key="dist_run").click().run()
     res = at.session_state["dist"]
     assert res["p_value"] > 1e-3 and sum(res["counts"]) == res["n"]
@@ -314,3 +322,104 @@ def test_cost_aware_policies_say_when_uncalibrated_and_run(monkeypatch):
     assert not at.exception and not errors(at)
     at.selectbox(key="controller").set_value("fixed").run()
     assert not any("Not calibrated yet" in c.value for c in at.caption)
+
+
+# ---- the page that teaches: a known trace, no model run ------------------------------------------------
+
+def known_trace(b=2, k=3):
+    """Two rows, three steps, every token id chosen by hand (config target_name unknown to the
+    app, so tokens show as [id])."""
+    from specviz.analysis.trace import build_trace
+
+    def r(i, drafts, acc, out):
+        return {"index": i, "active": True, "drafted": len(drafts), "accepted": acc, "emitted": out,
+                "draft_tokens": drafts}
+
+    plan = [[r(0, [10, 11, 12], 3, [10, 11, 12, 13]), r(1, [20, 21, 22], 0, [29])],
+            [r(0, [14, 15, 16], 1, [14, 19]), r(1, [30, 31, 32], 2, [30, 31, 39])],
+            [r(0, [40, 41, 42], 2, [40, 41, 49]), r(1, [50, 51, 52], 3, [50, 51, 52, 53])]]
+    steps = [{"step": n, "k": k, "batch_size": b, "t_start": 0.01 + 0.03 * n, "t_draft": 0.004, "t_verify": 0.02,
+              "t_accept": 0.001, "t_bookkeeping": 0.002, "rows": rows} for n, rows in enumerate(plan)]
+    seqs = [{"index": i, "prompt": "p", "prompt_token_ids": [1, 2], "finish_reason": "length", "text": None,
+             "output_token_ids": [t for rows in plan for x in rows if x["index"] == i for t in x["emitted"]]}
+            for i in range(b)]
+    cfg = {"batch_size": b, "draft_length": k, "controller": "fixed", "mode": "speculative", "temperature": 0.0,
+           "target_name": "hand-made", "draft_name": "hand-made draft", "dtype": "float32", "device": "cpu"}
+    return build_trace(cfg, {}, seqs, steps, [], 0.11, 0.01)
+
+
+def with_trace(trace, regular=None) -> AppTest:
+    at = new_app()
+    at.session_state[appstate.TRACE_KEY] = trace
+    at.session_state["regular_trace"] = regular
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def explained(at) -> str:
+    return next(m.value for m in at.markdown if "drafted (k = " in m.value)
+
+
+def test_step_explainer_shows_the_chosen_row_and_steps_tokens():
+    at = with_trace(known_trace())
+    at.selectbox(key="explain_row").set_value(0).run()
+    at.slider(key="explain_step").set_value(1).run()
+    h = explained(at)  # row 0, step 1: drafted 14 15 16, accepted 14, rejected 15, thrown away 16, recovered 19
+    assert h.index("[14]") < h.index("[15]") < h.index("[16]") < h.index("[19]")
+    assert "rejected draft position 2" in h and "thrown away" in h and "recovered" in h
+    at.button(key="explain_next").click().run()  # like a slide: step 2 accepted 40 41, recovered 49
+    assert at.session_state["explain_step"] == 2
+    h = explained(at)
+    assert "[40]" in h and "[49]" in h and "rejected draft position 3" in h
+    at.selectbox(key="explain_row").set_value(1).run()  # row 1, step 2: all 3 accepted, bonus 53
+    h = explained(at)
+    assert "accepted all 3 drafted tokens" in h and "[53]" in h and "bonus" in h
+    at.button(key="explain_prev").click().run()
+    assert at.session_state["explain_step"] == 1 and "[39]" in explained(at)
+
+
+def test_alpha_is_defined_once_and_shown_the_same_on_live_and_speedup():
+    from specviz.app import tokentext
+
+    trace = known_trace()
+    alpha = appstate.alpha_from_trace(trace)  # 11 accepted over 11 + 4 rejections checked
+    assert alpha == pytest.approx(11 / 15)
+    at = with_trace(trace)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["α (per-position acceptance)"] == f"{alpha:.3f}"
+    assert metrics["acceptance rate"] == f"{11 / 18:.3f}"  # a different quantity, named differently
+    assert any(tokentext.ALPHA_DEFINITION in m.value for m in at.markdown)
+    legend = next(m.value for m in at.markdown if "■ accepted" in m.value)
+    assert all(sentence in legend for sentence in tokentext.DEFINITIONS.values())
+    at.switch_page("pages/speedup.py").run()
+    assert at.slider(key="sp_alpha").value == pytest.approx(round(alpha, 3))
+    assert any(tokentext.ALPHA_DEFINITION in m.value for m in at.markdown)
+
+
+def test_speedup_page_opens_on_the_last_runs_values_with_its_measured_point():
+    trace = known_trace(b=2, k=3)
+    regular = dict(trace, summary=dict(trace["summary"], tokens_per_s=trace["summary"]["tokens_per_s"] / 1.25))
+    at = with_trace(trace, regular)
+    at.switch_page("pages/speedup.py").run()
+    assert not at.exception
+    assert at.slider(key="sp_b").value == 2 and at.slider(key="sp_k").value == 3
+    assert at.slider(key="sp_c").value == pytest.approx(round(appstate.draft_cost_ratio(trace), 3))
+    fig = json.loads(next(el for el in at.get("plotly_chart") if el.key == "speedup_vs_k").proto.spec)
+    point = next(t for t in fig["data"] if t["name"] == "measured")
+    assert point["x"] == [3] and point["y"] == [pytest.approx(1.25)]
+    assert any("Why a bigger batch gains less" in m.value for m in at.markdown)
+    at.slider(key="sp_b").set_value(8).run()  # the reader's move stays
+    assert at.slider(key="sp_b").value == 8
+
+
+def test_live_page_names_where_the_time_went_and_whether_the_output_changed():
+    trace = known_trace()
+    regular = dict(trace, config=dict(trace["config"], mode="regular"),
+                   sequences=[dict(trace["sequences"][0]),
+                              dict(trace["sequences"][1], output_token_ids=[29, 30, 31, 77, 50, 51, 52, 53])])
+    at = with_trace(trace, regular)
+    assert "phase_totals" in {el.key for el in at.get("plotly_chart")}
+    warning = next(w.value for w in at.warning if "identical to regular decoding" in w.value)
+    assert "1/2 rows" in warning and "row 1 from token 3" in warning
+    assert any("Measured 1.00× vs predicted" in m.value for m in at.markdown)  # same tokens/s in both

@@ -5,7 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from specviz.app import charts
+from specviz.app import charts, modelcharts, tokentext
+from specviz.analysis import explain
 from specviz.run import RunConfig
 from specviz.analysis.trace import build_trace, sequence_record
 
@@ -38,7 +39,7 @@ def regular_trace():
 
 EMPTY = {"version": 1, "config": {}, "sequences": [], "steps": [], "telemetry": [], "summary": {}}
 TRACE_CHARTS = [charts.acceptance_heatmap, charts.acceptance_rate_bars, charts.position_acceptance,
-                charts.ragged_lengths, charts.wasted_slots, charts.phase_timeline, charts.phase_breakdown,
+                charts.ragged_lengths, charts.wasted_slots, charts.phase_timeline, charts.phase_totals,
                 charts.token_latency, charts.utilization]
 
 
@@ -76,11 +77,13 @@ def test_token_kind_rules():
     assert charts.token_kind(0, accepted=2, drafted=4) == "accepted"
     assert charts.token_kind(2, accepted=2, drafted=4) == "recovered"
     assert charts.token_kind(3, accepted=3, drafted=3) == "bonus"
-    assert charts.token_kind(0, accepted=0, drafted=0) == "target"
+    assert charts.token_kind(0, accepted=0, drafted=0) == "bonus"
 
 
-def test_regular_run_tokens_are_plain_target_tokens(regular_trace):
-    assert {k for row in charts.token_kinds(regular_trace).values() for _, k, _ in row} == {"target"}
+def test_regular_run_tokens_are_bonus_tokens_and_no_fourth_colour_exists(regular_trace):
+    """Nothing drafted, nothing to reject: the target's one token per step is the bonus token."""
+    assert {k for row in charts.token_kinds(regular_trace).values() for _, k, _ in row} == {"bonus"}
+    assert set(charts.KIND_COLORS) == {"accepted", "recovered", "bonus"}
 
 
 def test_wasted_slots_count_k_minus_accepted_per_active_row(trace):
@@ -126,7 +129,7 @@ def test_replay_emits_everything_by_the_end_and_nothing_at_zero(trace):
 
 
 def test_token_html_colours_every_kind_and_escapes_text(trace):
-    rows = charts.token_html(trace, decode=lambda ids: "<b>&")
+    rows = tokentext.token_html(trace, decode=lambda ids: "<b>&")
     assert len(rows) == 3
     assert charts.KIND_COLORS["bonus"] in rows[0][1] and charts.KIND_COLORS["recovered"] in rows[1][1]
     assert "<b>&" not in rows[0][1] and "&lt;b&gt;&amp;" in rows[0][1]
@@ -135,10 +138,77 @@ def test_token_html_colours_every_kind_and_escapes_text(trace):
 def test_race_and_model_charts(trace, regular_trace):
     fig = charts.race({"speculative": trace, "regular": regular_trace}, until=0.0)
     assert [t.name for t in fig.data] == ["speculative", "regular"]
-    assert charts.speedup_vs_k({1: [1.0, 1.5, 1.7]}, [{"b": 1, "k": 2, "speedup": 1.6}]).data[-1].name == "measured"
-    assert len(charts.optimal_k_curve([1, 2, 4], [4, 3, 1]).data) == 1
-    hm = charts.bk_heatmap([1, 4], [0, 2], [[1.0, 1.4], [1.0, None]])
+    fig = modelcharts.speedup_vs_k({1: [1.0, 1.5, 1.7]}, [{"b": 1, "k": 2, "speedup": 1.6}])
+    assert fig.data[-1].name == "measured" and fig.layout.xaxis.dtick == 1
+    assert len(modelcharts.optimal_k_curve([1, 2, 4], [4, 3, 1]).data) == 1
+    hm = modelcharts.bk_heatmap([1, 4], [0, 2], [[1.0, 1.4], [1.0, None]])
     assert hm.data[0].text[1][1] == ""
     rows = [{"index": 0, "match": True, "first_divergence": None, "margin": None, "length": 5},
             {"index": 1, "match": False, "first_divergence": 3, "margin": 0.01, "length": 5}]
-    assert list(charts.divergence_chart(rows).data[0].y) == [5, 3]
+    assert list(modelcharts.divergence_chart(rows).data[0].y) == [5, 3]
+
+
+def test_every_axis_has_a_title_and_integer_quantities_have_integer_ticks(trace):
+    for fig in (charts.ragged_lengths(trace), charts.wasted_slots(trace), charts.acceptance_heatmap(trace)):
+        assert fig.layout.xaxis.title.text == "step" and fig.layout.xaxis.tickformat == "d"
+        assert float(fig.layout.xaxis.dtick).is_integer()
+    for fig in (charts.ragged_lengths(trace), charts.wasted_slots(trace)):
+        assert fig.layout.yaxis.title.text and fig.layout.yaxis.tickformat == "d"
+    for fig in (charts.phase_timeline(trace), charts.phase_totals(trace), charts.token_latency(trace),
+                charts.position_acceptance(trace), charts.acceptance_rate_bars(trace)):
+        assert fig.layout.xaxis.title.text or fig.layout.yaxis.title.text, fig.layout.title.text
+    assert charts.int_ticks(3)["dtick"] == 1 and charts.int_ticks(64)["dtick"] == 10
+
+
+def test_optimal_k_axis_names_powers_of_two_and_k_is_an_integer():
+    fig = modelcharts.optimal_k_curve(list(range(1, 65)), [3] * 20 + [1] * 44)
+    assert list(fig.layout.xaxis.tickvals) == [1, 2, 4, 8, 16, 32, 64]
+    assert list(fig.layout.xaxis.ticktext) == ["1", "2", "4", "8", "16", "32", "64"]
+    assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.tickformat == "d"
+
+
+def test_bk_heatmap_colour_bar_says_what_the_colour_is():
+    hm = modelcharts.bk_heatmap([1], [0, 2], [[1.0, 1.2]])
+    assert "speedup" in hm.data[0].colorbar.title.text
+
+
+def test_ragged_rows_get_distinct_colours(trace):
+    colours = [line.line.color for line in charts.ragged_lengths(trace).data]
+    assert len(set(colours)) == len(colours) == 3
+    assert len(set(charts.ROW_COLORS)) == len(charts.ROW_COLORS)
+
+
+def test_toolbar_stands_upright_so_it_does_not_cover_the_title(trace):
+    for fn in TRACE_CHARTS:
+        assert fn(trace).layout.modebar.orientation == "v", fn.__name__
+
+
+def test_phase_totals_chart_shows_every_phase_as_share_of_wall(trace):
+    bars = charts.phase_totals(trace).data[0]
+    tot = explain.phase_totals(trace)
+    assert list(bars.y) == ["prefill", "draft", "verify", "accept", "bookkeeping", "other"]
+    assert list(bars.x) == pytest.approx([tot[p]["pct"] for p in bars.y])
+
+
+def test_special_tokens_show_as_a_marker_not_raw_text():
+    tr = {"sequences": [{"index": 0, "finish_reason": "eos"}],
+          "steps": [{"step": 0, "k": 0, "rows": [{"index": 0, "active": True, "drafted": 0, "accepted": 0,
+                                                   "emitted": [1, 2]}]}]}
+    (_, h), = tokentext.token_html(tr, decode=lambda ids: {1: "Hi", 2: "<|im_end|>"}[ids[0]])
+    assert "Hi" in h and "⟨end of turn⟩" in h and "<|im_end|>" not in h.replace('title="special token &lt;|im_end|&gt;"', "")
+
+
+def test_legend_defines_every_coloured_role_and_output():
+    legend = tokentext.legend_html()
+    for kind, sentence in tokentext.DEFINITIONS.items():
+        assert kind in legend and sentence in legend
+    assert "target" not in charts.KIND_COLORS
+
+
+def test_step_html_marks_accepted_rejected_thrown_away_and_recovered():
+    tr = {"steps": [{"step": 3, "k": 3, "rows": [{"index": 0, "active": True, "drafted": 3, "accepted": 1,
+                                                   "emitted": [10, 99], "draft_tokens": [10, 11, 12]}]}]}
+    h = tokentext.step_html(explain.step_detail(tr, 0, 0), decode=lambda ids: f"t{ids[0]}")
+    assert h.index("t10") < h.index("t11") < h.index("t12")
+    assert "rejected" in h and "thrown away" in h and "recovered" in h and "t99" in h
+    assert "rejected draft position 2" in h

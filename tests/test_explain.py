@@ -117,3 +117,12 @@ def test_verify_use_takes_the_mean_verify_forward_of_a_trace():
     assert use["t_verify_s"] == pytest.approx(0.02) and use["tokens"] == 2
     assert use["mbu"] == pytest.approx(1e9 / 0.02 / 1e11) and use["mfu"] == pytest.approx(2 * 1e8 * 2 / 0.02 / 1e12)
     assert hardware.verify_use([], 1e9, 1e8, {}) is None
+
+
+def test_batch_gain_reason_reads_the_verify_cost_at_both_batch_sizes():
+    from specviz.analysis.analytic import CostModel
+
+    cost = CostModel(t_fixed=0.0, t_mem=1.0, t_token=1.0 / 64)  # flat up to 64 tokens per forward
+    line = explain.batch_gain_reason(cost, k=2, b_small=1, b_large=64)
+    assert "about 64 tokens per forward" in line
+    assert "costs 1.00× one token" in line and "costs 3.00× one step" in line  # 192 tokens / 64 at b = 64

@@ -145,3 +145,21 @@ def exactness(rows: list[dict]) -> dict:
     diverged = [{"row": r["index"], "position": r["first_divergence"], "margin": r.get("margin")}
                 for r in rows if not r["match"]]
     return {"identical": len(rows) - len(diverged), "rows": len(rows), "diverged": diverged}
+
+
+# ---- why a bigger batch gains less ----------------------------------------------------------------
+
+def batch_gain_reason(target_cost, k: int, b_small: int = 1, b_large: int = 64, calibrated: bool = True) -> str:
+    """Two sentences from the target's cost model (analytic.CostModel): what verifying k+1 tokens
+    per row costs against one at a small and a large batch, and why that eats the gain."""
+    k = max(k, 1)
+    ratio = {b: target_cost(b, k + 1) / target_cost(b, 1) for b in (b_small, b_large)}
+    knee = target_cost.knee_tokens
+    where = "measured on this machine (the calibration)" if calibrated else "illustrative (no calibration yet)"
+    knee_txt = f"about {knee:.0f} tokens per forward" if knee != float("inf") else "no knee in the measured range"
+    return (f"A target forward stays nearly flat in cost until it is compute-bound, at {knee_txt} ({where}); "
+            f"below that the weights are read once whatever the batch, so at b = {b_small} verifying k + 1 = {k + 1} "
+            f"tokens per row costs {ratio[b_small]:.2f}× one token and the drafted tokens ride almost free. "
+            f"At b = {b_large} the batch alone already fills {b_large} tokens per forward, so the same verify costs "
+            f"{ratio[b_large]:.2f}× one step and pays back most of what acceptance saves: the bigger the batch, "
+            f"the smaller the gain and the smaller the best k.")

@@ -1,0 +1,85 @@
+"""Background jobs for the pages that measure (Sweep, Correctness): a function run in a worker
+thread that holds the shared model lock, reporting items as it goes. Like specviz.app.liverun
+for Live, it never touches Streamlit: the page starts a job, then polls ``items``, ``note`` and
+``status`` from a fragment, so the UI is never blocked and a second session queues on the lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import traceback
+from typing import Callable
+
+from specviz.common import SpecvizError
+
+RUNNING = ("queued", "running")
+
+
+@dataclasses.dataclass
+class Job:
+    """``fn(job)`` in a thread once ``lock`` is free; fn calls ``job.report(item)`` per result,
+    ``job.say(note)`` for progress, and checks ``job.stopped`` between units of work."""
+
+    fn: Callable[["Job"], object]
+    lock: threading.Lock  # the model lock every session shares
+    status: str = "queued"  # queued | running | done | stopped | error
+    note: str = ""
+    items: list = dataclasses.field(default_factory=list)
+    result: object = None
+    error: str | None = None
+    details: str | None = None  # a short traceback for unexpected errors
+    _stop: bool = False
+    _thread: threading.Thread | None = None
+
+    def start(self) -> "Job":
+        self._thread = threading.Thread(target=self._work, name="specviz-job", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop = True
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop
+
+    @property
+    def running(self) -> bool:
+        return self.status in RUNNING
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def report(self, item) -> None:
+        self.items.append(item)
+
+    def say(self, note: str) -> None:
+        self.note = note
+
+    def _work(self) -> None:
+        acquired = False
+        try:
+            while not self.lock.acquire(timeout=0.2):
+                if self._stop:
+                    self.status = "stopped"
+                    return
+            acquired = True
+            self.status = "running"
+            self.result = self.fn(self)
+            self.status = "stopped" if self._stop else "done"
+        except BaseException as e:  # shown on the page; the app keeps working
+            import torch
+
+            if isinstance(e, SpecvizError):
+                self.error = str(e)
+            elif isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
+                self.error = "out of memory: try a smaller batch size, draft length or fewer tokens"
+            else:
+                self.error = f"{type(e).__name__}: {e}"
+                self.details = traceback.format_exc(limit=3)
+            self.status = "error"
+        finally:
+            if acquired:
+                self.lock.release()

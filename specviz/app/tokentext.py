@@ -1,0 +1,107 @@
+"""Text the pages show: the four token roles defined once, the one alpha, the coloured output
+of every row, and one row-step taken apart (the step explainer). Pure functions returning
+strings (Markdown or HTML); no Streamlit, no plotly."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Callable, Sequence
+
+from specviz.app.charts import KIND_COLORS, token_kinds
+
+Decode = Callable[[list[int]], str]
+
+# SPECDEC.md's vocabulary, one plain sentence each: the legend, the explainer and the tests use these.
+DEFINITIONS = {
+    "accepted": "a token the draft proposed and the target agreed with, so it was kept without a forward of its own.",
+    "recovered": "at the first draft token the target rejected, the target's own choice at that position "
+                 "replaces it (the drafted tokens after it are thrown away).",
+    "bonus": "when the target accepted every drafted token, one more token it computes anyway in the same "
+             "verify forward (also the one token of a step that drafted nothing, as in regular decoding).",
+    "output": "what a step adds to a row: its accepted tokens plus one recovered or bonus token, so always at "
+              "least 1 and at most k + 1.",
+}
+ALPHA = "α"
+ALPHA_DEFINITION = (f"**{ALPHA} (per-position acceptance)** = accepted draft tokens / draft positions the target "
+                    "checked: the chance a drafted token is accepted given every token before it in the step was. "
+                    "A position after a rejection is never checked, so it does not count.")
+ACCEPTANCE_RATE_DEFINITION = ("**acceptance rate** = accepted / drafted: it also counts the drafted tokens thrown "
+                              f"away after a rejection, so it sits below {ALPHA}.")
+ALPHA_FIT_DEFINITION = (f"**{ALPHA} fit** (the sweep's): the {ALPHA} whose expected accepted count per step "
+                        f"(i.i.d. acceptance) equals the measured mean; it differs from the counted {ALPHA} when "
+                        "acceptance is not the same at every position.")
+
+SPECIAL = re.compile(r"^<\|[^<>|]*\|>$|^</?s>$")
+
+
+def _piece(t: int, decode: Decode | None) -> str:
+    """One output token as HTML: its text, or a grey marker for a special token (<|im_end|>...)."""
+    if decode is None:
+        return html.escape(f"[{t}]")
+    text = decode([t])
+    if SPECIAL.match(text.strip()):
+        name = text.strip().strip("<>|/")
+        label = "end of turn" if name in ("im_end", "endoftext", "eos", "s") else name
+        return f'<span style="color:#999;font-size:85%" title="special token {html.escape(text)}">⟨{label}⟩</span>'
+    return html.escape(text)
+
+
+def legend_html() -> str:
+    """The colours of the generated text, each with its definition."""
+    items = "".join(f'<li><span style="color:{KIND_COLORS[k]};font-weight:bold">■ {k}</span>: {DEFINITIONS[k]}</li>'
+                    for k in KIND_COLORS)
+    return (f'<ul style="margin-bottom:0.3em">{items}<li><b>output</b>: {DEFINITIONS["output"]}</li></ul>')
+
+
+def token_html(trace: dict, decode: Decode | None = None, max_rows: int | None = None) -> list[tuple[int, str]]:
+    """Per row: (index, HTML) of its output with accepted / recovered / bonus tokens coloured."""
+    out = []
+    finish = {s["index"]: s.get("finish_reason") for s in trace.get("sequences", [])}
+    for i, toks in list(token_kinds(trace).items())[:max_rows]:
+        spans = [f'<span style="color:{KIND_COLORS[kind]}" title="{kind}, step {step}">{_piece(t, decode)}</span>'
+                 for t, kind, step in toks]
+        reason = finish.get(i)
+        tail = f' <span style="color:#999">[{reason}]</span>' if reason else ""
+        out.append((i, f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}{tail}</div>'))
+    return out
+
+
+def _chip(t: int, decode: Decode | None, color: str, note: str, strike: bool = False) -> str:
+    style = (f"border:2px solid {color};border-radius:4px;padding:1px 5px;margin:2px;display:inline-block;"
+             f"font-family:monospace;{'text-decoration:line-through;opacity:0.6;' if strike else ''}")
+    return (f'<span style="{style}" title="{note}">{_piece(t, decode)}'
+            f'<sub style="color:{color};font-family:sans-serif"> {note}</sub></span>')
+
+
+def step_html(d: dict, decode: Decode | None = None) -> str:
+    """One row-step (analysis.explain.step_detail) as two lines: what the draft proposed, marked
+    accepted / rejected / thrown away, and what the row got (its output)."""
+    if d["drafted"] == 0:
+        drafted = "<i>nothing drafted this step</i>"
+    elif d["draft_tokens"] is None:
+        drafted = (f"{d['drafted']} tokens; this trace does not record their ids, only the "
+                   f"{d['accepted']} accepted: " + "".join(_chip(t, decode, KIND_COLORS["accepted"], "accepted")
+                                                          for t in d["accepted_tokens"]))
+    else:
+        chips = []
+        for j, t in enumerate(d["draft_tokens"]):
+            if j < d["accepted"]:
+                chips.append(_chip(t, decode, KIND_COLORS["accepted"], "accepted"))
+            elif j == d["rejected_at"]:
+                chips.append(_chip(t, decode, "#d62728", "rejected", strike=True))
+            else:
+                chips.append(_chip(t, decode, "#999", "thrown away", strike=True))
+        drafted = "".join(chips)
+    out = "".join(_chip(t, decode, KIND_COLORS["accepted"], "accepted") for t in d["accepted_tokens"])
+    if d["final"] is not None:
+        out += _chip(d["final"], decode, KIND_COLORS[d["final_kind"]], d["final_kind"])
+    if d["rejected_at"] is not None:
+        verdict = (f"the target accepted {d['accepted']} of {d['drafted']} drafted tokens; it rejected draft "
+                   f"position {d['rejected_at'] + 1}, and its own token there is the <b>recovered</b> token.")
+    elif d["drafted"]:
+        verdict = f"the target accepted all {d['drafted']} drafted tokens and added a <b>bonus</b> token."
+    else:
+        verdict = "with nothing to check, the target decoded one token itself: the <b>bonus</b> token."
+    return (f'<div style="line-height:2.2"><b>drafted (k = {d["k"]}):</b> {drafted}<br>'
+            f'<b>output ({len(d["output"])} tokens):</b> {out}<br><span>{verdict}</span></div>')
