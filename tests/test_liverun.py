@@ -1,61 +1,48 @@
-"""The app's run worker (specviz.app.liverun) without Streamlit, on a tiny model: a run whose page
-stops polling stops itself and hands the model lock on; a polled run goes to the end.
+"""The app's run (specviz.app.liverun) and its decode worker process (specviz.app.worker), without
+Streamlit, on a tiny model: a run whose page stops polling stops itself and hands the model lock
+on; a polled run goes to the end; sessions queue first come, first served and each sees only its
+own run; Stop, errors and a dead worker end a run with its output kept and the next run works.
 
-The page's polls are the test's beat() calls; timeouts are a fraction of a second."""
+The worker is a real child process; the tiny model and its slow step loop reach it as importable
+stand-ins (tests/workerfakes.py). The page's polls are the test's beat() calls; timeouts are a
+fraction of a second."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
-import types
 
 import pytest
-from fakes import tiny_llama
+import workerfakes
 
-from specviz.app import liverun
-from specviz.engine.proposers import NgramDraft
+from specviz.app import liverun, worker
 from specviz.app.liverun import LiveRun
 from specviz.run import RunConfig
 
-STEP_S = 0.02  # a pause per step, so a run lasts long enough to watch (about 1-3 tokens per step)
-
-
-@pytest.fixture(scope="module")
-def target():
-    t = tiny_llama()
-    t.tokenizer = types.SimpleNamespace(eos_token_id=None, encode=lambda text: [1 + ord(c) % 63 for c in text],
-                                        decode=lambda ids, **kw: " ".join(map(str, ids)))
-    return t
-
 
 @pytest.fixture(autouse=True)
-def tiny_pair(monkeypatch, target):
+def tiny_pair(monkeypatch):
     """The worker loads the tiny target with an n-gram draft and decodes slowly, without telemetry."""
-    real_iter_run = liverun.iter_run
-
-    def slow_iter_run(cfg, tgt, proposer):
-        for dec, rec in real_iter_run(cfg, tgt, proposer, telemetry=False):
-            if rec is not None:
-                time.sleep(STEP_S)
-            yield dec, rec
-
-    monkeypatch.setattr(liverun, "load_pair", lambda cfg: (target, NgramDraft(device=target.device)))
-    monkeypatch.setattr(liverun, "iter_run", slow_iter_run)
+    monkeypatch.setattr(liverun, "load_pair", workerfakes.tiny_pair)
+    monkeypatch.setattr(liverun, "iter_run", workerfakes.slow_iter_run)
 
 
-def config(max_new: int) -> RunConfig:
-    return RunConfig(prompts=["abc abc abc"], batch_size=2, draft_length=2, max_new_tokens=max_new,
+def config(max_new: int, prompts=("abc abc abc",), batch_size: int = 2) -> RunConfig:
+    return RunConfig(prompts=list(prompts), batch_size=batch_size, draft_length=2, max_new_tokens=max_new,
                      device="cpu", dtype="float32")
 
 
 @pytest.fixture
 def runs():
-    """Start runs through this; any still going at the end are stopped (a decoding thread at exit
-    aborts the process)."""
+    """Start runs through this; any still going at the end are stopped."""
     started = []
 
-    def start(max_new: int, lock: threading.Lock, heartbeat_timeout: float) -> LiveRun:
-        started.append(LiveRun(cfg=config(max_new), lock=lock, heartbeat_timeout=heartbeat_timeout).start())
+    def start(max_new: int, lock: threading.Lock, heartbeat_timeout: float | None = None, **kw) -> LiveRun:
+        race = kw.pop("race", False)
+        started.append(LiveRun(cfg=config(max_new, **kw), lock=lock, race=race,
+                               heartbeat_timeout=heartbeat_timeout).start())
         return started[-1]
 
     yield start
@@ -64,7 +51,7 @@ def runs():
         run.join(30)
 
 
-def poll_until_done(run: LiveRun, timeout: float = 30.0) -> None:
+def poll_until_done(run: LiveRun, timeout: float = 60.0) -> None:
     """What the page does while a run goes: look at it (beat) every redraw."""
     deadline = time.monotonic() + timeout
     while run.running and time.monotonic() < deadline:
@@ -73,9 +60,19 @@ def poll_until_done(run: LiveRun, timeout: float = 30.0) -> None:
     run.join(max(0.0, deadline - time.monotonic()))
 
 
+def wait_for_steps(run: LiveRun, n: int = 1, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(run.steps) < n and run.running and time.monotonic() < deadline:
+        run.beat()
+        time.sleep(0.01)
+    assert len(run.steps) >= n, (run.status, run.error)
+
+
 def test_unpolled_run_stops_keeps_its_output_and_releases_the_lock(runs):
     lock = threading.Lock()
-    run = runs(2000, lock, heartbeat_timeout=0.5)
+    run = runs(2000, lock)
+    wait_for_steps(run)  # the first run also starts the worker process and loads the model
+    run.heartbeat_timeout = 0.5
     run.join(30)
     assert run.status == "stopped" and run.abandoned and run.error is None
     assert not lock.locked()
@@ -97,12 +94,80 @@ def test_polled_run_outlives_the_timeout_and_finishes(runs):
     assert not lock.locked()
 
 
+def test_snapshot_mid_run_is_a_prefix_of_the_finished_trace(runs):
+    run = runs(200, threading.Lock())
+    wait_for_steps(run, 5)
+    mid = run.snapshot()
+    assert mid["partial"] and mid["summary"]["tokens"] > 0 and mid["summary"]["wall_s"] > 0
+    poll_until_done(run)
+    assert run.status == "done", run.error
+    for part, full in zip(mid["sequences"], run.trace["sequences"]):
+        assert part["prompt_token_ids"] == full["prompt_token_ids"]
+        assert 0 < len(part["output_token_ids"]) <= len(full["output_token_ids"])
+        assert full["output_token_ids"][:len(part["output_token_ids"])] == part["output_token_ids"]
+    assert run.tokenizer is not None and run.tokenizer.decode([1, 2]) == "1 2"  # sent over from the worker
+
+
+def test_stop_mid_run_keeps_the_output_and_the_next_run_reuses_the_worker(runs):
+    lock = threading.Lock()
+    run = runs(2000, lock)
+    wait_for_steps(run, 3)
+    w = worker.shared()
+    run.stop()
+    poll_until_done(run)
+    assert run.status == "stopped" and not run.abandoned
+    assert all(s["finish_reason"] == "stopped" and s["output_token_ids"] for s in run.trace["sequences"])
+    again = runs(6, lock)
+    poll_until_done(again)
+    assert again.status == "done" and worker.shared() is w and w.alive()
+
+
+def test_race_runs_regular_decoding_on_the_same_prompts_in_the_same_worker(runs):
+    run = runs(24, threading.Lock(), race=True)
+    poll_until_done(run)
+    assert run.status == "done", run.error
+    spec, reg = run.trace, run.regular_trace
+    assert spec["config"]["mode"] == "speculative" and reg["config"]["mode"] == "regular"
+    assert [s["prompt_token_ids"] for s in spec["sequences"]] == [s["prompt_token_ids"] for s in reg["sequences"]]
+    # greedy fp32 on one model: speculation does not change the text
+    assert [s["output_token_ids"] for s in spec["sequences"]] == [s["output_token_ids"] for s in reg["sequences"]]
+    assert all(r["drafted"] == 0 for st in reg["steps"] for r in st["rows"])
+
+
+def test_three_sessions_queue_in_order_and_each_sees_only_its_own_run(runs):
+    lock = threading.Lock()
+    first = runs(150, lock, prompts=["aaa aaa"], batch_size=1)
+    wait_for_steps(first)
+    second = runs(10, lock, prompts=["bb bb bb", "b b"], batch_size=2)
+    third = runs(10, lock, prompts=["c c c c c"], batch_size=3)
+    deadline = time.monotonic() + 10
+    while (second.queue_position, third.queue_position) != (1, 2) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert first.status == "running" and first.queue_position is None
+    assert (second.status, third.status) == ("queued", "queued")
+    assert (second.queue_position, third.queue_position) == (1, 2)
+    assert second.snapshot()["steps"] == [] and third.snapshot()["sequences"] == []
+    while first.running:
+        first.beat()
+        first.join(0.02)
+        assert third.status == "queued"  # the second in line never overtakes the first
+    poll_until_done(second)
+    poll_until_done(third)
+    for run, prompts, b in ((first, ["aaa aaa"], 1), (second, ["bb bb bb", "b b"], 2), (third, ["c c c c c"], 3)):
+        assert run.status == "done", (run.status, run.error)
+        assert run.trace["config"]["batch_size"] == b and len(run.trace["sequences"]) == b
+        assert [s["prompt"] for s in run.trace["sequences"]] == [prompts[i % len(prompts)] for i in range(b)]
+        assert len(run.steps) == len(run.trace["steps"])
+    assert [len(s["output_token_ids"]) for s in first.trace["sequences"]] == [150]
+    assert all(len(s["output_token_ids"]) == 10 for r in (second, third) for s in r.trace["sequences"])
+    assert not lock.locked()
+
+
 def test_queued_run_gets_the_lock_when_the_run_ahead_is_abandoned(runs):
     lock = threading.Lock()
-    ahead = runs(2000, lock, heartbeat_timeout=1.0)  # its tab was closed: nobody polls it
-    deadline = time.monotonic() + 30
-    while not ahead.steps and time.monotonic() < deadline:
-        time.sleep(0.01)
+    ahead = runs(2000, lock, heartbeat_timeout=5.0)  # its tab was closed: nobody polls it
+    wait_for_steps(ahead)
+    ahead.heartbeat_timeout = 1.0
     assert ahead.status == "running" and lock.locked()
     queued = runs(20, lock, heartbeat_timeout=1.0)
     queued.beat()
@@ -122,12 +187,43 @@ def test_abandoned_queued_run_never_takes_the_lock(runs):
         run = runs(20, lock, heartbeat_timeout=0.3)
         run.join(30)
         assert run.status == "stopped" and run.abandoned and run.trace is None
+        assert run.queue_position is None
     finally:
         lock.release()
 
 
+def test_a_failing_load_is_one_line_and_the_worker_keeps_serving(runs, monkeypatch):
+    monkeypatch.setattr(liverun, "load_pair", workerfakes.oom_pair)
+    lock = threading.Lock()
+    run = runs(4, lock)
+    poll_until_done(run)
+    assert run.status == "error" and "out of memory at batch size 2" in run.error and "smaller batch" in run.error
+    assert "\n" not in run.error and not lock.locked()
+    monkeypatch.setattr(liverun, "load_pair", workerfakes.tiny_pair)
+    again = runs(4, lock)
+    poll_until_done(again)
+    assert again.status == "done", again.error
+
+
+def test_a_killed_worker_ends_the_run_with_a_message_and_the_next_run_starts_a_new_one(runs):
+    lock = threading.Lock()
+    run = runs(2000, lock)
+    wait_for_steps(run, 2)
+    w = worker.shared()
+    os.kill(w.proc.pid, signal.SIGKILL)  # as the kernel's OOM killer would
+    poll_until_done(run)
+    assert run.status == "error" and "decode worker process ended unexpectedly" in run.error
+    assert all(s["output_token_ids"] for s in run.trace["sequences"])  # the steps received so far are kept
+    assert not lock.locked()
+    again = runs(4, lock)
+    poll_until_done(again)
+    assert again.status == "done", again.error
+    assert worker.shared() is not w
+
+
 def test_runs_started_for_a_page_use_the_module_timeout_and_others_never_time_out():
     run = liverun.start_run(config(4), threading.Lock())
-    run.join(30)
+    poll_until_done(run)
     assert run.heartbeat_timeout == liverun.HEARTBEAT_TIMEOUT_S and run.status == "done"
     assert LiveRun(cfg=config(4), lock=threading.Lock()).heartbeat_timeout is None
+

@@ -1,10 +1,11 @@
-"""The app's run worker: one run in a background thread, holding the shared model lock.
+"""The app's run: one run (optionally raced against regular decoding) for one session.
 
-A :class:`LiveRun` drives :func:`specviz.run.iter_run` in a worker thread (it never
-touches Streamlit) and publishes what the page needs: the step records so far, the rows'
-outputs, telemetry samples, then the finished trace. The page polls it. Holding the model
-lock for the whole run means two browser sessions never decode on one model at once: the
-second run waits in state "queued".
+A :class:`LiveRun` hands its run to the server's decode worker, a process of its own
+(specviz.app.worker), and a thread here takes in what the worker streams back: the step records
+so far, the rows' outputs, telemetry samples, then the finished trace. The page polls the
+LiveRun (it never touches Streamlit). Sessions queue first come, first served on the model lock
+(the worker decodes one run at a time): a waiting run is in state "queued", with its place in
+line in :attr:`LiveRun.queue_position`.
 
 Every poll refreshes the run's heartbeat (:meth:`LiveRun.beat`). A run whose page stopped
 polling — the tab was closed — stops itself at its next step, as if Stop were pressed, so the
@@ -14,13 +15,15 @@ lock passes to the next queued session instead of being held until the run ends.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import pickle
 import threading
 import time
-import traceback
 
-from specviz.common import SpecvizError
-from specviz.run import RunConfig, iter_run, load_pair
 from specviz.analysis.trace import summarize
+from specviz.app import worker as workers
+from specviz.app.worker import error_message, free_device_memory, oom_message  # noqa: F401
+from specviz.run import RunConfig, iter_run, load_pair
 
 RUNNING = ("queued", "loading", "running", "racing")
 
@@ -28,38 +31,16 @@ RUNNING = ("queued", "loading", "running", "racing")
 # browser throttles timers in a hidden tab (Chrome: to once a minute after 5 minutes hidden), so
 # a tab that is merely in the background must stay well inside this.
 HEARTBEAT_TIMEOUT_S = 90.0
+POLL_S = 0.2  # how often a waiting or quiet run checks its stop flag and heartbeat
+
+_ids = itertools.count(1)
+_lines: dict[int, list] = {}  # id(model lock) -> the LiveRuns waiting for it, first come first served
+_lines_lock = threading.Lock()
 
 
-def oom_message(b: int, k: int) -> str:
-    return (f"out of memory at batch size {b}, draft length {k}: memory was freed; "
-            "try a smaller batch size or draft length (or fewer max new tokens)")
-
-
-def free_device_memory() -> None:
-    import gc
-
-    import torch
-
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def error_message(e: BaseException, cfg: RunConfig) -> str:
-    """One clear sentence for a failure of a run."""
-    import torch
-
-    if isinstance(e, SpecvizError):
-        return str(e)
-    if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
-        free_device_memory()
-        return oom_message(cfg.batch_size, cfg.draft_length)
-    return f"{type(e).__name__}: {e}"
-
-
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class LiveRun:
-    """One run (optionally raced against regular decoding) in a worker thread."""
+    """One run of one session, decoded by the decode worker process."""
 
     cfg: RunConfig
     lock: threading.Lock  # the model lock shared by every session
@@ -75,22 +56,33 @@ class LiveRun:
     started: float = dataclasses.field(default_factory=time.perf_counter)
     last_beat: float = dataclasses.field(default_factory=time.monotonic)
     notes: list = dataclasses.field(default_factory=list)
-    _dec: object = None
-    _sampler: object = None
+    id: int = dataclasses.field(default_factory=lambda: next(_ids))
+    _rows: list = dataclasses.field(default_factory=list)  # [index, prompt, prompt ids, output, finish reason]
+    _prefill_s: float = 0.0
+    _elapsed_s: float = 0.0  # seconds from the first step to the last step received
+    _telemetry: list = dataclasses.field(default_factory=list)
+    _worker: object = None  # the decode worker, while this run's job is on it
     _stop: bool = False
     _thread: threading.Thread | None = None
 
     # -- control (called from the page) --
     def start(self) -> "LiveRun":
-        self._thread = threading.Thread(target=self._work, name="specviz-run", daemon=True)
+        # The worker process loads and decodes with these (looked up now, so a test can swap them
+        # for importable stand-ins, e.g. a tiny model: they travel to the child by reference).
+        self._job = workers.Job(self.id, self.cfg, self.race, load_pair, iter_run)
+        self._thread = threading.Thread(target=self._work, name=f"specviz-run-{self.id}", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
         """Stop after the current step; unfinished rows end as "stopped", output is kept."""
         self._stop = True
-        if self._dec is not None:
-            self._dec.stop()
+        w = self._worker
+        if w is not None:
+            try:
+                w.send("stop", self.id)
+            except OSError:
+                pass
 
     def beat(self) -> None:
         """The page is still polling this run."""
@@ -100,11 +92,18 @@ class LiveRun:
     def running(self) -> bool:
         return self.status in RUNNING
 
+    @property
+    def queue_position(self) -> int | None:
+        """1 for the next run to get the model, 2 behind it, ...; None when not waiting."""
+        with _lines_lock:
+            line = _lines.get(id(self.lock), [])
+            return line.index(self) + 1 if self in line else None
+
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    # -- the worker (never calls Streamlit) --
+    # -- the receiving thread (never calls Streamlit) --
     def _stop_if_abandoned(self) -> None:
         """Stop, as Stop does, once the page has not polled for heartbeat_timeout seconds."""
         if (self.heartbeat_timeout is not None and not self._stop
@@ -113,81 +112,122 @@ class LiveRun:
             self.notes.append(f"stopped: the page did not poll for {self.heartbeat_timeout:.0f} s")
             self.stop()
 
-    def _work(self) -> None:
-        acquired = False
+    def _wait_turn(self) -> bool:
+        """Take the model lock in arrival order; False when stopped (or abandoned) while waiting."""
+        with _lines_lock:
+            _lines.setdefault(id(self.lock), []).append(self)
         try:
-            while not self.lock.acquire(timeout=0.2):
+            while True:
                 self._stop_if_abandoned()
                 if self._stop:
-                    self.status = "stopped"
-                    return
-            acquired = True
-            self.status = "loading"
-            self.cfg.validate()
-            target, proposer = load_pair(self.cfg)
-            self.tokenizer = target.tokenizer
-            self._stop_if_abandoned()
-            if self._stop:
-                self.status = "stopped"
-                return
-            self.status = "running"
-            self.trace = self._decode(self.cfg, target, proposer, record=True)
-            if self.race and not self._stop:
-                self.status = "racing"
-                reg = dataclasses.replace(self.cfg, mode="regular")
-                self.regular_trace = self._decode(reg, target, None, record=False)
-            self.status = "stopped" if self._stop else "done"
-        except BaseException as e:  # shown in the page; the app keeps working
-            if self.trace is None and self._dec is not None and self.steps:
-                self.trace = self.snapshot()  # partial output stays visible
-            self._dec = None  # drop the decoder's caches before freeing memory
-            if not isinstance(e, SpecvizError):
-                self.notes.append(traceback.format_exc(limit=3))
-            self.error = error_message(e, self.cfg)
-            self.status = "error"
+                    return False
+                with _lines_lock:
+                    first = _lines[id(self.lock)][0] is self
+                if first and self.lock.acquire(timeout=POLL_S):
+                    return True
+                if not first:
+                    time.sleep(POLL_S / 4)
         finally:
-            self._dec = None
-            if acquired:
-                self.lock.release()
+            with _lines_lock:
+                line = _lines[id(self.lock)]
+                line.remove(self)
+                if not line:
+                    del _lines[id(self.lock)]
 
-    def _decode(self, cfg: RunConfig, target, proposer, record: bool) -> dict:
-        trace = None
-        for dec, rec in iter_run(cfg, target, proposer):  # its sampler runs on the engine's clock
-            if self._dec is not dec:
-                self._dec = dec
-                if record:
-                    self._sampler = dec.sampler
+    def _work(self) -> None:
+        if not self._wait_turn():
+            self.status = "stopped"
+            return
+        w = None
+        try:
+            w = workers.shared()
+            while not w.use.acquire(timeout=POLL_S):  # another lock's run is on the worker (tests)
+                self._stop_if_abandoned()
+            try:
+                self.status = "loading"
+                self._worker = w
+                w.send("run", self._job)
                 if self._stop:
-                    dec.stop()
-            if rec is None:
-                trace = dec.trace
-                continue
+                    w.send("stop", self.id)
+                self._receive(w)
+            finally:
+                self._worker = None
+                w.use.release()
+        except BaseException as e:  # shown in the page; the app keeps working
+            if isinstance(e, workers.WorkerDied) and w is not None:
+                workers.forget(w)
+            if isinstance(e, pickle.PicklingError) or "pickle" in str(e).lower():
+                e = RuntimeError(f"the run could not be sent to the decode worker: {e}")
+            self._fail(error_message(e, self.cfg) if not isinstance(e, workers.WorkerDied) else str(e))
+        finally:
+            self.lock.release()
+
+    def _fail(self, message: str) -> None:
+        if self.trace is None and self.steps:
+            self.trace = self.snapshot()  # partial output stays visible
+        self.error = message
+        self.status = "error"
+
+    def _receive(self, w) -> None:
+        while True:
+            msg = w.recv(POLL_S)
             self._stop_if_abandoned()
-            if record:
+            if msg is None or msg[0] != self.id:
+                continue  # quiet, or the tail of an earlier run that gave up on the worker
+            kind, payload = msg[1], msg[2:]
+            if kind == "step":
+                rec, new, finish, elapsed, samples = payload
+                for i, ids in new.items():
+                    self._rows[i][3].extend(ids)
+                for i, reason in finish.items():
+                    self._rows[i][4] = reason
+                self._telemetry.extend(samples)
+                self._elapsed_s = elapsed
                 self.steps.append(rec)
-        return trace
+            elif kind == "status":
+                self.status = payload[0]
+            elif kind == "start":
+                rows, self._prefill_s = payload
+                self._rows = [[i, p, ids, [], None] for i, p, ids in rows]
+            elif kind == "tokenizer":
+                key, blob = payload
+                if blob is not None:
+                    w.tokenizers[key] = pickle.loads(blob)
+                self.tokenizer = w.tokenizers.get(key)
+            elif kind == "trace":
+                self.trace = payload[0]
+            elif kind == "regular_trace":
+                self.regular_trace = payload[0]
+            elif kind == "end":
+                status, error, notes = payload
+                self.notes.extend(notes)
+                if status == "error":
+                    self._fail(error)
+                else:
+                    self.status = "stopped" if status == "done" and self._stop else status
+                return
 
     # -- what the page reads --
     def snapshot(self) -> dict:
         """A trace-shaped dict of the run so far (the finished trace once there is one)."""
         if self.trace is not None:
             return self.trace
-        dec = self._dec
         steps = list(self.steps)
-        seqs = []
-        if dec is not None:
-            for r in dec.rows:
-                out = list(r.output)
-                seqs.append({"index": r.index, "prompt": r.prompt, "prompt_token_ids": r.prompt_ids,
-                             "output_token_ids": out, "text": None, "finish_reason": r.finish_reason})
-        wall = time.perf_counter() - dec.t0 if dec is not None and dec.t0 else 0.0
-        prefill = dec.prefill_s if dec is not None else 0.0
+        seqs = [{"index": i, "prompt": p, "prompt_token_ids": ids, "output_token_ids": list(out), "text": None,
+                 "finish_reason": reason} for i, p, ids, out, reason in list(self._rows)]
+        wall = max(self._elapsed_s, self._prefill_s)  # the engine's clock starts before the prefill
         return {"version": 1, "config": self.cfg.to_trace_config(), "hardware": {}, "sequences": seqs,
-                "steps": steps, "telemetry": self._sampler.samples if self._sampler is not None else [],
-                "summary": summarize(steps, seqs, max(wall, prefill), prefill), "partial": True}
+                "steps": steps, "telemetry": list(self._telemetry),
+                "summary": summarize(steps, seqs, wall, self._prefill_s), "partial": True}
 
 
 def start_run(cfg: RunConfig, lock: threading.Lock, race: bool = False,
               heartbeat_timeout: float | None = HEARTBEAT_TIMEOUT_S) -> LiveRun:
     """Start a run for a page, which must call beat() while it polls (appstate.current_run does)."""
     return LiveRun(cfg=cfg, lock=lock, race=race, heartbeat_timeout=heartbeat_timeout).start()
+
+
+def warm_up() -> None:
+    """Start the decode worker process now (a fresh interpreter imports torch: seconds), so the
+    first Run does not wait for it."""
+    workers.shared()

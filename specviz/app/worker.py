@@ -1,0 +1,266 @@
+"""The decode worker: the app's decoding in a process of its own.
+
+In the Streamlit server's process, decoding shared the GIL with the server's script reruns,
+figure building and websocket pushes, and torch's OpenMP threads spun against them for the
+two cores: the page made 0.14x the CLI's tokens/s (issue 13). Here one child process per server
+(multiprocessing "spawn": a fresh interpreter, no forked locks or OpenMP state) loads the model
+pair once and reuses it across runs, and streams each run back through a pipe as it goes:
+
+    parent -> child   ("run", Job) | ("stop", run_id) | ("quit",)
+    child -> parent   (run_id, kind, payload...) with kind one of
+                      status  "loading" | "running" | "racing"
+                      tokenizer  key, pickled tokenizer or None (None: the parent has it already)
+                      start   the rows (index, prompt, prompt ids) and the prefill time
+                      step    step record, new output tokens per row, finish reasons, seconds
+                              since the first step, new telemetry samples
+                      trace | regular_trace   the finished trace
+                      end     "done" | "stopped" | "error", error line, notes
+
+The child checks for "stop" between steps. It ignores SIGINT (Ctrl-C on the server ends the
+server, whose exit closes the pipe) and exits when the pipe closes. Nothing here imports torch
+at module level: the child sets its OpenMP environment before torch is first imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import pickle
+import signal
+import threading
+import time
+import traceback
+from typing import Callable
+
+# How the child's torch threads behave (bench/browser_speed.py measures the choices). Passive
+# waiting: an idle OpenMP thread sleeps instead of spinning on a core the server and the browser
+# need for the redraws.
+CHILD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def worker_threads() -> int:
+    """torch threads for the child: $SPECVIZ_WORKER_THREADS, else every core."""
+    n = os.environ.get("SPECVIZ_WORKER_THREADS", "")
+    return int(n) if n.isdigit() and int(n) > 0 else (os.cpu_count() or 1)
+
+
+# ---- failures as one line ----------------------------------------------------------------------------
+
+def oom_message(b: int, k: int) -> str:
+    return (f"out of memory at batch size {b}, draft length {k}: memory was freed; "
+            "try a smaller batch size or draft length (or fewer max new tokens)")
+
+
+def free_device_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def error_message(e: BaseException, cfg) -> str:
+    """One clear sentence for a failure of a run."""
+    import torch
+
+    from specviz.common import SpecvizError
+
+    if isinstance(e, SpecvizError):
+        return str(e)
+    if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
+        free_device_memory()
+        return oom_message(cfg.batch_size, cfg.draft_length)
+    return f"{type(e).__name__}: {e}"
+
+
+# ---- the child ---------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Job:
+    id: int
+    cfg: object  # specviz.run.RunConfig
+    race: bool
+    loader: Callable  # cfg -> (target, proposer); specviz.run.load_pair unless a test swaps it
+    runner: Callable  # (cfg, target, proposer) -> iter of (decoder, record); specviz.run.iter_run
+
+
+def _serve(conn, env: dict, threads: int) -> None:
+    """The child's main loop: one job at a time, until the pipe closes or "quit"."""
+    os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import torch
+
+    torch.set_num_threads(threads)
+    sent_tokenizers: set = set()
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg[0] == "quit":
+            return
+        if msg[0] == "run":
+            try:
+                _Job(conn, msg[1], sent_tokenizers).work()
+            except (EOFError, BrokenPipeError, OSError):
+                return  # the server went away
+
+
+class _Job:
+    def __init__(self, conn, job: Job, sent_tokenizers: set):
+        self.conn, self.job, self.sent_tokenizers = conn, job, sent_tokenizers
+        self.stopped = False
+        self.notes: list[str] = []
+
+    def send(self, kind: str, *payload) -> None:
+        self.conn.send((self.job.id, kind, *payload))
+
+    def stop_asked(self) -> bool:
+        while self.conn.poll():
+            msg = self.conn.recv()  # EOFError when the server went away: the caller returns
+            if msg[0] == "stop" and msg[1] == self.job.id:
+                self.stopped = True
+        return self.stopped
+
+    def work(self) -> None:
+        job, cfg = self.job, self.job.cfg
+        try:
+            self.send("status", "loading")
+            cfg.validate()
+            target, proposer = job.loader(cfg)
+            self._send_tokenizer(target.tokenizer)
+            if self.stop_asked():
+                self.send("end", "stopped", None, self.notes)
+                return
+            self.send("status", "running")
+            self.send("trace", self._decode(cfg, target, proposer, record=True))
+            if job.race and not self.stopped:
+                self.send("status", "racing")
+                self.send("regular_trace", self._decode(dataclasses.replace(cfg, mode="regular"), target, None,
+                                                        record=False))
+            self.send("end", "stopped" if self.stopped else "done", None, self.notes)
+        except (EOFError, BrokenPipeError):
+            raise
+        except BaseException as e:  # shown in the page; the worker keeps serving
+            from specviz.common import SpecvizError
+
+            if not isinstance(e, SpecvizError):
+                self.notes.append(traceback.format_exc(limit=3))
+            self.send("end", "error", error_message(e, cfg), self.notes)
+
+    def _send_tokenizer(self, tok) -> None:
+        key = id(tok)  # the child's models are cached, so one tokenizer object per model
+        if key in self.sent_tokenizers:
+            self.send("tokenizer", key, None)
+            return
+        try:
+            blob = pickle.dumps(tok)
+        except Exception as e:
+            self.notes.append(f"the tokenizer could not be sent to the page ({type(e).__name__}); ids are shown")
+            blob = None
+        else:
+            self.sent_tokenizers.add(key)
+        self.send("tokenizer", key, blob)
+
+    def _decode(self, cfg, target, proposer, record: bool) -> dict:
+        trace, sent, n_samples = None, {}, 0
+        for dec, rec in self.job.runner(cfg, target, proposer):
+            if rec is None:
+                trace = dec.trace
+                continue
+            if self.stop_asked():
+                dec.stop()
+            if not record:
+                continue
+            if not sent:
+                self.send("start", [(r.index, r.prompt, list(r.prompt_ids)) for r in dec.rows], dec.prefill_s)
+            new = {}
+            for r in dec.rows:
+                n = sent.get(r.index, 0)
+                if len(r.output) > n:
+                    new[r.index] = list(r.output[n:])
+                    sent[r.index] = len(r.output)
+            sampler = getattr(dec, "sampler", None)
+            samples = list(sampler.samples[n_samples:]) if sampler is not None else []
+            n_samples += len(samples)
+            self.send("step", rec, new, {r.index: r.finish_reason for r in dec.rows},
+                      time.perf_counter() - dec.t0, samples)
+        return trace
+
+
+# ---- the parent's handle -----------------------------------------------------------------------------
+
+class WorkerDied(RuntimeError):
+    pass
+
+
+class Worker:
+    """The parent's end of one decode child. One user at a time (see :func:`shared`)."""
+
+    def __init__(self, threads: int | None = None):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.threads = threads or worker_threads()
+        self.proc = ctx.Process(target=_serve, args=(child, dict(CHILD_ENV), self.threads), daemon=True,
+                                name="specviz-decode")
+        self.proc.start()
+        child.close()
+        self.tokenizers: dict = {}  # the child's tokenizer key -> the unpickled tokenizer
+        self.use = threading.Lock()  # held by the LiveRun whose job runs now
+        self._send = threading.Lock()
+
+    def send(self, *msg) -> None:
+        with self._send:
+            self.conn.send(msg)
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def recv(self, timeout: float):
+        """The next message, or None after ``timeout`` s; WorkerDied when the child has ended."""
+        try:
+            if self.conn.poll(timeout):
+                return self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        else:
+            if self.alive():
+                return None
+        self.proc.join(1.0)
+        raise WorkerDied(f"the decode worker process ended unexpectedly (exit code {self.proc.exitcode}); "
+                         "memory was freed; the next run starts a new one (a smaller batch size needs less memory)")
+
+    def close(self) -> None:
+        try:
+            self.send("quit")
+        except OSError:
+            pass
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+        self.conn.close()
+
+
+_shared: Worker | None = None
+_shared_lock = threading.Lock()
+
+
+def shared() -> Worker:
+    """The process's decode worker, started on first use and again after it died."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or not _shared.alive():
+            _shared = Worker()
+        return _shared
+
+
+def forget(w: Worker) -> None:
+    """Drop a worker that died (the next shared() starts a new one)."""
+    global _shared
+    with _shared_lock:
+        if _shared is w:
+            _shared = None
