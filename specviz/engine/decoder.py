@@ -231,6 +231,8 @@ class SpecDecoder:
         joined = self._join(step)
         queued = sum(r.arrival_s <= clock[0] - self.t0 for r in self.queue)
         lap()
+        if not joined:  # no prefill this step: the queue count's microseconds go to the draft phase
+            clock[-1] = clock[0]
         B = len(self.active)
         k = self.controller.next_k(B) if self.proposer is not None else 0
         u_draft, u_verify = self._uniforms(k)
