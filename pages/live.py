@@ -1,6 +1,6 @@
 """Live: run batched speculative decoding on the sidebar's pair and watch it, step by step.
 
-The run happens in a worker thread (specviz.app.liverun.LiveRun over specviz.run.iter_run);
+The run is decoded in the app's worker process (specviz.app.liverun.LiveRun, specviz.app.worker);
 this page only reads its snapshots and draws them, throttled so drawing stays a small share of
 the time.
 """
@@ -24,6 +24,7 @@ from specviz.analysis.trace import load_json, to_chrome_trace, to_tables
 DRAW_BUDGET = 0.05  # drawing may take at most this share of the redraw interval (it shares the CPU and the GIL)
 
 appstate.init_state()
+appstate.warm_up()  # the decode worker process starts now, not when Run is pressed
 st.session_state.setdefault("prompts_text", promptsets.to_text(promptsets.CHAT[:4]))
 st.session_state.setdefault("redraw_s", 0.5)
 st.session_state.setdefault("draw_s", 0.0)
@@ -272,7 +273,9 @@ def live_view() -> None:
     run = appstate.current_run()
     if run is not None and run.running:
         if run.status == "queued":
-            st.info("queued: another run is in progress; this run starts when it ends")
+            place = run.queue_position
+            st.info("queued: another run is in progress; this run starts when it ends"
+                    + (f" (place in line: {place})" if place and place > 1 else ""))
         elif run.status == "loading":
             st.info("loading the model pair…")
         elif run.status == "racing":
