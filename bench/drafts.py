@@ -19,16 +19,25 @@ transformers cannot run a feature draft).
 import argparse
 import dataclasses
 import os
-import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from interleave import acceptance_rate, add_common_args, engine_arm, interleaved  # noqa: E402
+from specviz.measure.bench import engine_arm, interleaved, peer_arm, same_rows, warm_up, warm_up_peer  # noqa: E402
+from specviz.run import RunConfig, get_model, make_proposer, read_prompts  # noqa: E402
 
-from specviz.cli import _peer_generate  # noqa: E402
-from specviz.run import RunConfig, get_model, make_proposer, read_prompts, run  # noqa: E402
+
+def add_common_args(ap: argparse.ArgumentParser, batch_size: int, rounds: int) -> None:
+    """The arguments drafts.py and policies.py share."""
+    ap.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "prompts.txt"))
+    ap.add_argument("--batch-size", type=int, default=batch_size)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--dtype", default="bfloat16")
+
+
+def print_round(r: int, tok_s: dict[str, float]) -> None:
+    print(f"round {r + 1}: " + ", ".join(f"{lbl} {v:.1f}" for lbl, v in tok_s.items()), flush=True)
 
 
 def parse_arms(text: str) -> list[tuple[str, str, int]]:
@@ -67,26 +76,22 @@ def main() -> None:
           f"{a.max_new_tokens} new tokens; rounds {a.rounds}; torch threads {__import__('torch').get_num_threads()}",
           flush=True)
     for cfg, prop in configs.values():  # warm-up: every arm's shapes once
-        run(dataclasses.replace(cfg, prompts=cfg.prompts[: a.batch_size], max_new_tokens=8), target, prop, telemetry=False)
+        warm_up(cfg, target, prop)
     for prop, cfg in peers.values():
-        _peer_generate(target, prop, dataclasses.replace(cfg, prompts=base.prompts[:1], max_new_tokens=8))
+        warm_up_peer(target, prop, cfg)
     arms = {label: engine_arm(cfg, target, prop) for label, (cfg, prop) in configs.items()}
-    arms.update({label: (lambda p=p, c=c: (_peer_generate(target, p, c), None)) for label, (p, c) in peers.items()})
-    results = interleaved(arms, a.rounds)
+    arms.update({label: peer_arm(target, p, c) for label, (p, c) in peers.items()})
+    results = interleaved(arms, a.rounds, on_round=print_round)
 
-    def outputs(traces):
-        return [s["output_token_ids"] for t in traces for s in t["sequences"]]
-
-    regular_out = outputs(results["regular"]["traces"][-1])
     print("\n| arm | tokens/s (median) | vs regular (median of per-round ratios) | acceptance rate | greedy rows = regular |")
     print("|---|---|---|---|---|")
     for lbl, res in results.items():
         acc = same = "-"
         if lbl not in peers:
-            acc = f"{statistics.median(acceptance_rate(t) for t in res['traces']):.3f}"
-            last = outputs(res["traces"][-1])
-            same = f"{sum(x == y for x, y in zip(last, regular_out))}/{len(last)}"
-        print(f"| {lbl} | {statistics.median(res['tok_s']):.1f} | {statistics.median(res['ratio']):.2f}x | {acc} | {same} |")
+            acc = f"{res.acceptance:.3f}"
+            rows = same_rows(res.traces[-1], results["regular"].traces[-1])
+            same = f"{sum(rows)}/{len(rows)}"
+        print(f"| {lbl} | {res.median_tok_s:.1f} | {res.median_ratio:.2f}x | {acc} | {same} |")
 
 
 if __name__ == "__main__":

@@ -18,12 +18,18 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from omp_threads import in_thread  # noqa: E402
 from specviz.app import state as appstate, charts, tokentext  # noqa: E402
 from specviz.prompts.sets import CHAT  # noqa: E402
 from specviz.run import RunConfig, load_pair, run  # noqa: E402
+
+
+def in_thread(fn):
+    """fn() in a fresh thread, as the app runs torch off Streamlit's main thread."""
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=fn()))
+    t.start()
+    t.join()
+    return out["r"]
 
 
 DRAW_BUDGET = 0.05  # as pages/live.py: drawing takes at most this share of the redraw interval
@@ -63,7 +69,7 @@ def main() -> None:
     # All torch work runs off the main thread, as in the app. With libgomp (this torch build), a
     # main thread that has run torch keeps its own OpenMP team; with more OpenMP threads than
     # cores (2 here) idle workers stop spin-waiting and small ops in any other thread take ~1.8x
-    # as long (bench/omp_threads.py). Measuring the headless run in the main thread and the live
+    # as long (bench/omp_threads.py, commit f54bdcc). Measuring the headless run in the main thread and the live
     # run in a worker made the worker look 1.26x slower with no drawing at all. Streamlit's main
     # thread never runs torch, so the app's worker has the cores' one team to itself, like the CLI.
     target, proposer = in_thread(lambda: load_pair(cfg))

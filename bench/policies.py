@@ -22,10 +22,11 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from interleave import acceptance_rate, add_common_args, engine_arm, interleaved  # noqa: E402
+from drafts import add_common_args, print_round  # noqa: E402
 
+from specviz.measure.bench import engine_arm, interleaved, warm_up  # noqa: E402
 from specviz.measure.calibrate import load_calibration  # noqa: E402
-from specviz.run import RunConfig, load_pair, read_prompts, run  # noqa: E402
+from specviz.run import RunConfig, load_pair, read_prompts  # noqa: E402
 
 
 def parse_policies(text: str) -> list[tuple[str, int]]:
@@ -61,16 +62,15 @@ def main() -> None:
     configs = {"regular": (dataclasses.replace(base, mode="regular"), None)}
     configs.update({f"{name} (k={k})": (dataclasses.replace(base, controller=name, draft_length=k), proposer)
                     for name, k in parse_policies(a.policies)})
-    run(dataclasses.replace(base, max_new_tokens=8, draft_length=2), target, proposer, telemetry=False)  # warm-up
-    results = interleaved({label: engine_arm(cfg, target, prop) for label, (cfg, prop) in configs.items()}, a.rounds)
+    warm_up(dataclasses.replace(base, draft_length=2), target, proposer)
+    results = interleaved({label: engine_arm(cfg, target, prop) for label, (cfg, prop) in configs.items()}, a.rounds,
+                          on_round=print_round)
 
     print(f"\n| policy | tokens/s (median) | vs regular (median of per-round ratios) | acceptance rate | mean k |")
     print("|---|---|---|---|---|")
     for label, res in results.items():
-        acc = statistics.median(acceptance_rate(t) for t in res["traces"])
-        k = statistics.median(statistics.mean(mean_k(t) for t in traces) for traces in res["traces"])
-        print(f"| {label} | {statistics.median(res['tok_s']):.1f} | {statistics.median(res['ratio']):.2f}x "
-              f"| {acc:.3f} | {k:.2f} |")
+        k = statistics.median(statistics.mean(mean_k(t) for t in traces) for traces in res.traces)
+        print(f"| {label} | {res.median_tok_s:.1f} | {res.median_ratio:.2f}x | {res.acceptance:.3f} | {k:.2f} |")
 
 
 if __name__ == "__main__":

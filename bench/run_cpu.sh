@@ -43,13 +43,10 @@ done
 echo "== all policies interleaved in one process (B=8, then B=1; default pair, fresh calibration above)"
 $PY bench/policies.py --batch-size 8 --rounds 5
 $PY bench/policies.py --batch-size 1 --rounds 3
-$PY bench/analytic_trace.py
-$PY bench/calibration_drift.py
 echo "== ours vs transformers' assisted generate at the peer's own settings (peer interleaved)"
 $PY -m specviz bench $P --dtype bfloat16 --batch-size 1 --draft-length 4 --draft-confidence 0.4
 echo "== lean forward vs transformers' forward"
 $PY bench/lean_forward.py --rounds 2
-$PY bench/lean_accuracy.py
 $PY bench/profile_step.py
 $PY bench/profile_step.py --lean
 echo "== exactness (fp32) with the distilled draft"
