@@ -25,9 +25,6 @@ from specviz.analysis.trace import build_trace, sequence_record
 from specviz.prompts.files import read_prompts  # noqa: F401  (re-exported for the CLI)
 from specviz.prompts.fit import check_fits, context_length
 
-NON_MODEL_DRAFTS = ("ngram", "none")
-
-
 @dataclasses.dataclass
 class RunConfig:
     target: str = "default"

@@ -158,12 +158,6 @@ def test_fit_needs_two_samples():
         analytic.fit_cost_model([(1, 1, 0.01)])
 
 
-def test_fit_overhead_is_median_gap():
-    assert analytic.fit_overhead([0.012, 0.013, 0.050], [0.010, 0.010, 0.010]) == pytest.approx(0.003)
-    assert analytic.fit_overhead([0.009], [0.010]) == 0.0
-    assert analytic.fit_overhead([], []) == 0.0
-
-
 # --- batched speedup and optimal k --------------------------------------------------------------
 
 
@@ -204,23 +198,20 @@ def test_speedup_batch_per_row_alphas_average_tokens():
 
 def test_optimal_k_shrinks_with_batch_size_to_off():
     costs = Costs(TARGET, DRAFT, overhead=0.0005)
-    table = analytic.optimal_k_table([1, 2, 4, 8, 16, 32, 64, 128], 0.8, costs)
-    ks = [row["k"] for row in table]
+    sizes = [1, 2, 4, 8, 16, 32, 64, 128]
+    ks = [analytic.optimal_k(b, 0.8, costs) for b in sizes]
+    speedups = [analytic.speedup_batch(b, k, 0.8, TARGET, DRAFT, costs.overhead, costs.regular_overhead)
+                for b, k in zip(sizes, ks)]
     assert ks == sorted(ks, reverse=True)
     assert ks[0] >= 4
     assert ks[-1] == 0  # compute-bound: speculation off
-    assert all(row["speedup"] >= 1.0 for row in table)
-    assert table[-1]["speedup"] == pytest.approx(1.0)
+    assert all(s >= 1.0 for s in speedups)
+    assert speedups[-1] == pytest.approx(1.0)
 
 
 def test_optimal_k_off_when_draft_too_costly():
     costly = Costs(TARGET, CostModel(0.0, 0.009, 1e-4))
     assert analytic.optimal_k(1, 0.5, costly) == 0
-
-
-def test_format_k_table():
-    rows = [{"batch_size": 1, "k": 4}, {"batch_size": 16, "k": 1}, {"batch_size": 64, "k": 0}]
-    assert analytic.format_k_table(rows) == "1:4,16:1,64:0"
 
 
 # --- ragged completion: a batch runs until its last row finishes ----------------------------------

@@ -165,9 +165,9 @@ def test_table_controller_needs_a_table():
 
 def test_analytic_k_table_round_trips_into_the_table_controller():
     costs = Costs(CostModel(0.0, 0.010, 1e-4), CostModel(0.0, 0.001, 1e-5))
-    rows = analytic.optimal_k_table([1, 8, 64], 0.8, costs)
-    policy = make_controller("table", 0, table=analytic.format_k_table(rows))
-    assert [policy.next_k(r["batch_size"]) for r in rows] == [r["k"] for r in rows]
+    ks = {b: analytic.optimal_k(b, 0.8, costs) for b in (1, 8, 64)}
+    policy = make_controller("table", 0, table=",".join(f"{b}:{k}" for b, k in ks.items()))
+    assert {b: policy.next_k(b) for b in ks} == ks
 
 
 # --- analytic -----------------------------------------------------------------------------------

@@ -190,16 +190,6 @@ def fit_cost_model(samples: Sequence[tuple[int, int, float]]) -> tuple[CostModel
     return model, t - model(arr[:, 0], arr[:, 1])
 
 
-def fit_overhead(step_seconds: Sequence[float], forward_seconds: Sequence[float]) -> float:
-    """Per-step engine overhead (seconds): median of (step wall time - its forwards' time), >= 0.
-
-    The bookkeeping between forwards (acceptance, cache updates, Python) is part of the step
-    cost at small model sizes; the median ignores the odd preempted step.
-    """
-    gaps = np.asarray(step_seconds, dtype=np.float64) - np.asarray(forward_seconds, dtype=np.float64)
-    return max(0.0, float(np.median(gaps))) if gaps.size else 0.0
-
-
 @dataclasses.dataclass(frozen=True)
 class Costs:
     """Everything the batched model needs about the hardware, all in seconds."""
@@ -335,18 +325,3 @@ def optimal_k(b: int, alpha, costs: Costs, k_max: int = 16) -> int:
 def optimal_k_batch1(alpha: float, c: float, k_max: int = 16, verify_ratio: float = 1.0) -> int:
     """k* in 0..k_max maximising :func:`speedup_batch1` (the uncalibrated fallback)."""
     return _argmax_k([speedup_batch1(alpha, k, c, verify_ratio) for k in range(k_max + 1)])
-
-
-def optimal_k_table(batch_sizes: Sequence[int], alpha: float, costs: Costs, k_max: int = 16) -> list[dict]:
-    """[{"batch_size", "k", "speedup"}] per batch size, the k*(b) table of Synergy / vLLM."""
-    rows = []
-    for b in batch_sizes:
-        k = optimal_k(b, alpha, costs, k_max)
-        s = speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead, costs.regular_overhead)
-        rows.append({"batch_size": int(b), "k": k, "speedup": s})
-    return rows
-
-
-def format_k_table(rows: Sequence[dict]) -> str:
-    """The table as the ``table`` controller's string, e.g. "1:4,4:3,16:1,64:0"."""
-    return ",".join(f"{r['batch_size']}:{r['k']}" for r in rows)
