@@ -5,7 +5,7 @@ reproducible by their command).
     python bench/reproduce_data.py --draft specviz/assets/draft-SmolLM2-135M-Instruct \
         --data ~/.cache/specviz/tokdata --batches 4
 
-Batch j's seed and greedy/sampled choice follow j alone (``distill.answer_batches``), so the
+Batch j's seed and greedy/sampled choice follow j alone (``specviz.distill.data.answer_batches``), so the
 first N batches of a fresh run are the first N batches of the full one. Training from the same
 data is checked byte for byte in tests/test_distill.py.
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz.distill.pipeline import generate_parallel, read_samples  # noqa: E402
+from specviz.distill.data import generate_parallel, read_shards  # noqa: E402
 from specviz.prompts.gen import training_prompts  # noqa: E402
 from specviz.run import get_model  # noqa: E402
 
@@ -38,7 +38,7 @@ def main() -> int:
         print("this draft's data generation had a time budget: its shards depend on the machine's speed")
     n = min(args["samples"], a.batches * args["gen_batch_size"])
     prompts = training_prompts(args["samples"], args["seed"])[:n]
-    stored = {s["sample"]: s for s in read_samples(sorted(Path(a.data).expanduser().glob("train-*.jsonl")))}
+    stored = {s["sample"]: s for s in read_shards(Path(a.data).expanduser(), "train")}
     missing = [i for i in range(n) if i not in stored]
     if missing:
         sys.exit(f"{a.data} lacks {len(missing)} of the first {n} training samples (first: {missing[0]}): "
@@ -48,7 +48,7 @@ def main() -> int:
         generate_parallel(target, args["gen_workers"] or 1, data=Path(d), prompts=prompts, name="train",
                           max_new=args["max_new_tokens"], batch_size=args["gen_batch_size"], topk=args["topk"],
                           seed=args["seed"])
-        fresh = {s["sample"]: s for s in read_samples(sorted(Path(d).glob("train-*.jsonl")))}
+        fresh = {s["sample"]: s for s in read_shards(Path(d), "train")}
     fields = ("prompt", "temperature", "output_ids", "topk_ids", "topk_logits")
     same = [i for i in range(n) if all(np.array_equal(fresh[i][f], stored[i][f]) for f in fields)]
     tokens = sum(len(fresh[i]["output_ids"]) for i in range(n))

@@ -6,8 +6,9 @@ import json
 import pytest
 import torch
 
-from specviz.distill.pipeline import (DRAFT_FILE, add_distill_parser, build_vocab_map, is_distilled_draft,
-                             load_distilled_draft, read_samples)
+from specviz.distill.command import add_distill_parser
+from specviz.distill.data import build_vocab_map, read_samples
+from specviz.models.distilled import DRAFT_FILE, is_distilled_draft, load_distilled_draft
 from specviz.engine.proposers import ModelDraft
 from specviz.common import SpecvizError
 from specviz.prompts.gen import FREEFORM, HELDOUT_SLOTS, TRAIN_SLOTS, heldout_prompts, training_prompts
@@ -86,10 +87,12 @@ def test_same_data_seed_and_steps_give_the_same_weights(distilled, tmp_path):
 
 
 def test_a_time_budget_stop_is_reported():
-    from specviz.distill.pipeline import train
+    from specviz.distill.token import collate_tokens, token_loss
+    from specviz.distill.train import train
 
     model = torch.nn.Linear(2, 2)
-    hist = train(model, [], [], steps=5, batch_size=1, lr=1e-3, seed=0, budget_s=0.0)
+    hist = train(model, [], [], steps=5, batch_size=1, lr=1e-3, seed=0, loss_fn=token_loss, collate=collate_tokens,
+                 budget_s=0.0)
     assert hist["steps"] == 0 and hist["stopped_by"] == "time budget"
 
 
@@ -155,7 +158,7 @@ def test_heldout_prompts_never_overlap_training():
 
 
 def test_two_worker_processes_write_what_one_process_writes(tmp_path, target):
-    from specviz.distill.pipeline import generate_data, generate_parallel
+    from specviz.distill.data import generate_data, generate_parallel
 
     kwargs = dict(prompts=training_prompts(4), name="train", max_new=4, batch_size=2, topk=4, seed=3)
     (tmp_path / "one").mkdir()

@@ -123,7 +123,7 @@ def test_feature_data_lines_up_features_tokens_and_labels(target, tmp_path, monk
 
 
 def test_training_forward_is_the_models_forward(target):
-    """The first pass of featdraft.train_forward (what training differentiates) is exactly the
+    """The first pass of specviz.distill.feature.train_forward (what training differentiates) is exactly the
     function the draft computes at run time (the model's own forward)."""
     from specviz.distill.feature import train_forward
 

@@ -36,7 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specviz.models.distilled import fused_input
+from specviz.distill.data import answer_batches, inverse_map, prompt_batches, sample_record, soft_ce, soft_labels
+from specviz.distill.train import cat_labels, init_from_target, label_positions
+from specviz.models.distilled import add_feature_input, build_draft, draft_config, fused_input
 
 
 # =============================================================================================
@@ -47,9 +49,7 @@ def generate_feature_data(target, prompts: list[str], data: Path, name: str, max
                           seed: int, worker: int = 0, workers: int = 1, **kwargs) -> None:
     """Answer ``prompts`` in batches into ``data/name-<batch>.pt`` with their features; batches
     already there are skipped. Batches, seeds, greedy/sampled and the deadline are
-    ``distill.answer_batches``'s (``kwargs``: greedy_every, deadline, desc)."""
-    from specviz.distill.pipeline import answer_batches, prompt_batches
-
+    ``specviz.distill.data.answer_batches``'s (``kwargs``: greedy_every, deadline, desc)."""
     data.mkdir(parents=True, exist_ok=True)
     shard = lambda j: data / f"{name}-{j:05d}.pt"  # noqa: E731
     todo = [(j, idx) for j, idx in enumerate(prompt_batches(len(prompts), batch_size))
@@ -58,8 +58,7 @@ def generate_feature_data(target, prompts: list[str], data: Path, name: str, max
         return
     for j, idx, temperature, rows, labels, feats in answer_batches(target, prompts, todo, max_new, topk, seed,
                                                                    worker=worker, workers=workers, features=True, **kwargs):
-        samples = [{"sample": i, "prompt": r.prompt, "temperature": temperature, "prompt_ids": r.prompt_ids,
-                    "output_ids": r.output, "finish_reason": r.finish_reason, "features": f.to(torch.bfloat16),
+        samples = [{**sample_record(i, r, temperature), "features": f.to(torch.bfloat16),
                     "topk_ids": torch.as_tensor(np.stack([a for a, _ in lab]).astype(np.int32)),
                     "topk_logits": torch.as_tensor(np.stack([b for _, b in lab]))}
                    for i, r, lab, f in zip(idx, rows, labels, feats)]
@@ -90,8 +89,6 @@ def build_feature_draft(target_model, vocab_map: list[int], init_layer: int | No
     """
     from torch import nn
 
-    from specviz.models.distilled import add_feature_input, build_draft, draft_config
-
     tcfg = target_model.config
     config = draft_config(tcfg, 1)
     emb = nn.Embedding.from_pretrained(target_model.get_input_embeddings().weight.detach().float().clone(), freeze=True)
@@ -101,14 +98,18 @@ def build_feature_draft(target_model, vocab_map: list[int], init_layer: int | No
     with torch.no_grad():
         # start as "the previous feature plus the token": fc = [I | I] / 2 (+ the default init's noise, scaled down)
         draft.fc.weight.mul_(0.1).add_(torch.cat([torch.eye(H), torch.eye(H)], dim=1) * 0.5)
-        if init_layer is not None:
-            draft.model.layers[0].load_state_dict(target_model.model.layers[init_layer].state_dict())
-        draft.model.norm.load_state_dict(target_model.model.norm.state_dict())
-        out = target_model.get_output_embeddings().weight  # [V, H] (tied: the embedding)
-        draft.lm_head.weight.copy_(out[draft.lm_head.vocab_map].float())
+    init_from_target(draft, target_model, [] if init_layer is None else [init_layer])
     draft.lm_head.weight.requires_grad_(False)
     draft.float()
     return draft
+
+
+def build_feature(target, vocab_map: list[int], layers: int, layer_ids: list[int]):
+    """The kind's builder (``specviz.distill.command.KINDS``): one layer, from target layer
+    ``layer_ids[0]`` or random (``--init-layers random``), fp32 on the target's device (the
+    forward runs under bf16 autocast)."""
+    assert layers == 1, layers
+    return build_feature_draft(target.model, vocab_map, layer_ids[0] if layer_ids else None).to(target.device)
 
 
 # =============================================================================================
@@ -117,8 +118,6 @@ def build_feature_draft(target_model, vocab_map: list[int], init_layer: int | No
 
 
 def feature_tensors(samples, vocab_map: list[int], vocab_size: int) -> list[dict]:
-    from specviz.distill.pipeline import inverse_map, soft_labels
-
     inv = inverse_map(vocab_map, vocab_size)
     out = []
     for s in samples:
@@ -139,14 +138,10 @@ def collate_features(items: list[dict]):
     mask = torch.zeros(B, T, dtype=torch.long)
     fin = torch.zeros(B, T, H, dtype=items[0]["fin"].dtype)
     ftgt = torch.zeros(B, T, H, dtype=items[0]["ftgt"].dtype)
-    rows, cols = [], []
     for b, x in enumerate(items):
-        L, n = len(x["ids"]), len(x["p"])
+        L = len(x["ids"])
         ids[b, :L], mask[b, :L], fin[b, :L], ftgt[b, :L] = x["ids"], 1, x["fin"], x["ftgt"]
-        rows.append(torch.full((n,), b))
-        cols.append(torch.arange(x["first"], x["first"] + n))
-    cat = lambda key: torch.cat([x[key] for x in items])  # noqa: E731
-    return ids, mask, fin, ftgt, torch.cat(rows), torch.cat(cols), cat("idx"), cat("p"), cat("w"), cat("top1")
+    return ids, mask, fin, ftgt, *label_positions(items), *cat_labels(items)
 
 
 REG_WEIGHT = 1.0  # feature regression (smooth L1) next to the soft cross-entropy
@@ -201,8 +196,6 @@ def train_forward(draft, u: torch.Tensor, mask: torch.Tensor, prev_kv=None):
 
 
 def feature_loss(draft, batch, autocast: bool):
-    from specviz.distill.pipeline import soft_ce
-
     device = draft.fc.weight.device
     ids, mask, fin, ftgt, rows, cols, idx, p, w, top1 = (x.to(device) for x in batch)
     if draft.training and FEATURE_NOISE:

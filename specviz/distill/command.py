@@ -1,0 +1,239 @@
+"""``python -m specviz distill``: its arguments, their checks, and the pipeline over a table of draft kinds.
+
+    python -m specviz distill --target default --out DIR [--samples N --steps N --vocab N --kind K ...]
+
+data (specviz.distill.data) -> draft and training (specviz.distill.train, with the kind's module:
+specviz.distill.token or specviz.distill.feature) -> save (specviz.models.distilled) -> evaluation
+(specviz.distill.evaluate) -> report.json and README.md (specviz.distill.report). What differs
+between kinds is one :class:`Kind` row of :data:`KINDS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from specviz.common import SpecvizError
+from specviz.distill import feature, token
+from specviz.distill.data import build_vocab_map, generate_data, generate_parallel, log, read_shards
+from specviz.distill.evaluate import cost_ratio, eval_acceptance
+from specviz.distill.report import build_report, format_report, readme
+from specviz.distill.train import train
+from specviz.engine.proposers import FeatureDraft, ModelDraft
+from specviz.models.distilled import load_distilled_draft, save_draft
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """What one draft kind brings to the pipeline."""
+
+    generate: Callable  # (target, prompts, data, name, max_new, batch_size, topk, seed, ...): writes its shards
+    read: Callable  # (data dir, name) -> samples
+    tensors: Callable  # (samples, vocab_map, vocab_size) -> training items
+    build: Callable  # (target, vocab_map, layers, layer_ids) -> the fp32 draft on the target's device
+    collate: Callable  # training items -> a batch
+    loss: Callable  # (draft, batch, autocast) -> (loss, agreements, positions)
+    proposer: type  # what a run drafts with (specviz.engine.proposers)
+    layers: int | None = None  # a fixed depth (None: --layers)
+    random_init: bool = False  # whether --init-layers random is allowed
+    meta: tuple = ()  # (key, value) pairs recorded in the data's meta.json and the draft's specviz_draft.json
+
+
+KINDS = {
+    "token": Kind(generate_data, read_shards, token.token_tensors, token.build_token_draft, token.collate_tokens,
+                  token.token_loss, ModelDraft),
+    "feature": Kind(feature.generate_feature_data, feature.read_feature_samples, feature.feature_tensors,
+                    feature.build_feature, feature.collate_features, feature.feature_loss, FeatureDraft, layers=1,
+                    random_init=True, meta=(("kind", "feature"),)),
+}
+
+
+def add_distill_parser(sub) -> None:
+    p = sub.add_parser("distill", help="distil a tiny draft for a target (generate data, train, evaluate, save)")
+    p.add_argument("--target", default="default", help="target model SPEC")
+    p.add_argument("--out", required=True, metavar="DIR", help="where the draft, report.json and README.md go")
+    p.add_argument("--data", metavar="DIR", help="data shards (default OUT/data); reruns resume and reuse them")
+    p.add_argument("--samples", type=int, default=2000, help="training prompts the target answers")
+    p.add_argument("--val-samples", type=int, default=64, help="held-out prompts answered greedily (checkpoint choice)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per generated answer")
+    p.add_argument("--gen-batch-size", type=int, default=32, help="rows per data-generation batch")
+    p.add_argument("--gen-budget-min", type=float, default=None, help="stop generating after this many minutes")
+    p.add_argument("--gen-workers", type=int, default=0,
+                   help="data-generation processes, one thread each (0 = auto: up to 4 on CPU, 1 on CUDA); on a busy "
+                        "2-core CPU, 2 workers x 1 thread ran 3x faster than 1 x 2 threads")
+    p.add_argument("--topk", type=int, default=32, help="target logits kept per token (soft labels)")
+    p.add_argument("--steps", type=int, default=3000,
+                   help="training steps; the learning-rate schedule follows them, so they fix the weights")
+    p.add_argument("--batch-size", type=int, default=16, help="sequences per training step")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--vocab", type=int, default=8192, help="output vocabulary of the draft (most emitted tokens)")
+    p.add_argument("--kind", default="token", choices=list(KINDS),
+                   help="token: a small LM on tokens alone; feature: one layer fed the target's hidden states (EAGLE, "
+                        "specviz/distill/feature.py)")
+    p.add_argument("--layers", type=int, default=2, help="draft depth (layers at the target's width; a feature draft has 1)")
+    p.add_argument("--init-layers", default="first",
+                   help="'first' or comma-separated target layer ids to start from ('random' too for a feature draft)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-budget-min", type=float, default=None,
+                   help="safety stop for training, in minutes (default: none); if it ends training before --steps, "
+                        "the weights depend on the machine's speed and the report says so")
+    p.add_argument("--eval-every", type=int, default=100, help="steps between held-out checkpoints")
+    p.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts for the engine evaluation")
+    p.add_argument("--eval-max-new-tokens", type=int, default=64)
+    p.add_argument("--eval-ks", default="1,2,3,4", help="draft lengths to evaluate")
+    p.add_argument("--no-freeform", action="store_true", help="skip the hand-written (free-form) held-out set")
+    p.add_argument("--cost-rounds", type=int, default=3, help="interleaved timing rounds for the cost ratio")
+    p.add_argument("--cost-prefix-len", type=int, default=128, help="cached prefix per row when timing c")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads for training and evaluation (0 = torch's default); on a shared 2-core CPU 1 is "
+                        "steady while 2 stalled up to 10x under load, but 2 is ~2x faster on an idle machine")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="target dtype for data generation and evaluation")
+    p.set_defaults(func=cmd_distill)
+
+
+def _check_data_meta(data: Path, meta: dict) -> None:
+    path = data / "meta.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        diff = {k: (old.get(k), v) for k, v in meta.items() if old.get(k) != v}
+        if diff:
+            raise SpecvizError(f"data in {data} was made with other settings {diff}: pass another --data directory")
+    data.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(meta))
+
+
+def _layer_ids(spec: str, layers: int, n_target: int) -> list[int]:
+    if spec == "first":
+        ids = list(range(layers))
+    else:
+        try:
+            ids = [int(x) for x in spec.split(",")]
+        except ValueError:
+            raise SpecvizError(f"--init-layers wants 'first' or comma-separated ids (got {spec!r})") from None
+    if len(ids) != layers or not all(0 <= i < n_target for i in ids):
+        raise SpecvizError(f"--init-layers needs {layers} ids in 0..{n_target - 1} (got {spec!r})")
+    return ids
+
+
+def _validate(a) -> list[int]:
+    if a.gen_workers < 0:
+        raise SpecvizError(f"--gen-workers must be 0 (auto) or more (got {a.gen_workers})")
+    for name in ("samples", "max_new_tokens", "gen_batch_size", "topk", "batch_size", "vocab", "layers", "eval_prompts",
+                 "eval_max_new_tokens"):
+        if getattr(a, name) < 1:
+            raise SpecvizError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(a, name)})")
+    if a.steps < 0 or a.val_samples < 0 or (a.time_budget_min is not None and a.time_budget_min <= 0):
+        raise SpecvizError("--steps and --val-samples must be >= 0 and --time-budget-min > 0")
+    try:
+        ks = [int(x) for x in a.eval_ks.split(",") if x.strip()]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 1:
+        raise SpecvizError(f"--eval-ks wants comma-separated draft lengths >= 1 (got {a.eval_ks!r})")
+    return ks
+
+
+
+
+def _samples(a, target, kind: Kind, data: Path):
+    """Generate (or resume) the data and read it: (train samples, held-out samples, engine
+    evaluation prompts, generation seconds)."""
+    from specviz.prompts.gen import heldout_prompts, training_prompts
+
+    t0 = time.perf_counter()
+    train_prompts = training_prompts(a.samples, a.seed)
+    val_prompts = heldout_prompts(a.val_samples, seed=1) if a.val_samples else []
+    eval_prompts = [p for p in heldout_prompts(a.eval_prompts + len(val_prompts), seed=2) if p not in set(val_prompts)]
+    eval_prompts = eval_prompts[: a.eval_prompts]
+    if not a.gen_workers:
+        a.gen_workers = 1 if target.device.type == "cuda" else max(1, min(4, os.cpu_count() or 1))
+    common = dict(data=data, max_new=a.max_new_tokens, batch_size=a.gen_batch_size, topk=a.topk)
+    if val_prompts:
+        generate_parallel(target, a.gen_workers, kind.generate, prompts=val_prompts, name="val", seed=a.seed + 1,
+                          greedy_every=1, desc="held-out data", **common)
+    deadline = time.time() + 60 * a.gen_budget_min if a.gen_budget_min else None
+    generate_parallel(target, a.gen_workers, kind.generate, prompts=train_prompts, name="train", seed=a.seed,
+                      deadline=deadline, desc="training data", **common)
+    gen_s = time.perf_counter() - t0
+    train_samples = [s for s in kind.read(data, "train") if s["sample"] < a.samples and s["prompt"] == train_prompts[s["sample"]]]
+    train_samples = list({s["sample"]: s for s in reversed(train_samples)}.values())  # one per sample
+    train_samples.sort(key=lambda s: s["sample"])  # worker interleaving must not change training
+    val_samples = sorted(kind.read(data, "val"), key=lambda s: s["sample"]) if val_prompts else []
+    if not train_samples:
+        raise SpecvizError("no training data was generated (raise --gen-budget-min or --samples)")
+    return train_samples, val_samples, eval_prompts, gen_s
+
+
+def cmd_distill(a) -> int:
+    from specviz.engine.decoder import eos_token_ids
+    from specviz.prompts.gen import freeform_prompts
+    from specviz.run import get_model
+
+    ks = _validate(a)
+    kind = KINDS[a.kind]
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    t_start = time.perf_counter()
+    out = Path(a.out).expanduser()
+    data = Path(a.data).expanduser() if a.data else out / "data"
+    target = get_model(a.target, a.device, a.dtype)
+    V = target.model.config.vocab_size
+    if a.vocab > V:
+        raise SpecvizError(f"--vocab {a.vocab} exceeds the target's vocabulary ({V})")
+    dtype_name = str(target.dtype).removeprefix("torch.")
+    if kind.layers:
+        a.layers = kind.layers
+    _check_data_meta(data, {"target": a.target, "dtype": dtype_name, "max_new_tokens": a.max_new_tokens, "topk": a.topk,
+                            "seed": a.seed, "gen_batch_size": a.gen_batch_size, **dict(kind.meta)})
+
+    # ---- 1. data
+    train_samples, val_samples, eval_prompts, gen_s = _samples(a, target, kind, data)
+    n_tokens = sum(len(s["output_ids"]) for s in train_samples)
+    log(f"data: {len(train_samples)} samples, {n_tokens} target tokens ({gen_s:.0f} s)")
+
+    # ---- 2. draft
+    torch.manual_seed(a.seed)
+    vocab_map = build_vocab_map(train_samples, a.vocab, V, always=sorted(eos_token_ids(target)))
+    n_target = target.model.config.num_hidden_layers
+    layer_ids = [] if kind.random_init and a.init_layers == "random" else _layer_ids(a.init_layers, a.layers, n_target)
+    draft = kind.build(target, vocab_map, a.layers, layer_ids)
+    own = sum(p.numel() for n, p in draft.named_parameters() if not n.startswith("model.embed_tokens."))
+    log(f"{a.kind} draft: {a.layers} layers (from target layers {layer_ids or 'none: random'}), vocab {len(vocab_map)}, "
+        f"{own / 1e6:.1f}M own params")
+
+    # ---- 3. training
+    hist = train(draft, kind.tensors(train_samples, vocab_map, V), kind.tensors(val_samples, vocab_map, V), a.steps,
+                 a.batch_size, a.lr, a.seed, kind.loss, kind.collate, 60 * a.time_budget_min if a.time_budget_min else None,
+                 weight_decay=a.weight_decay, eval_every=a.eval_every, log=log)
+    log(f"trained {hist['steps']} steps in {hist['train_s']:.0f} s; best held-out agreement "
+        f"{hist['best']['agreement']:.3f} (step {hist['best']['step']})")
+
+    # ---- 4. save, reload as a draft SPEC would, evaluate
+    save_draft(draft, out, target, vocab_map, extra={"layers": a.layers, "init_layers": layer_ids, **dict(kind.meta)})
+    t_eval = time.perf_counter()
+    loaded = load_distilled_draft(out, target)
+    proposer = kind.proposer(loaded, vocab_size=V)
+    log(f"evaluating on {len(eval_prompts)} held-out prompts at k = {ks}")
+    held = eval_acceptance(target, proposer, eval_prompts, ks, a.eval_max_new_tokens, 8)
+    free = None if a.no_freeform else eval_acceptance(target, proposer, freeform_prompts(a.eval_prompts), ks,
+                                                      a.eval_max_new_tokens, 8)
+    costs = cost_ratio(target, loaded, (1, 8), prefix_len=a.cost_prefix_len, rounds=a.cost_rounds)
+    eval_s = time.perf_counter() - t_eval
+
+    report = build_report(a, target, own, layer_ids, vocab_map, train_samples, val_samples, n_tokens, gen_s, hist, held,
+                          free, costs, ks, eval_s, time.perf_counter() - t_start)
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    text = format_report(report)
+    (out / "README.md").write_text(readme(report, text))
+    print(text)
+    log(f"draft written to {out} (use it as --draft {out})")
+    return 0

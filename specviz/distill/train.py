@@ -1,0 +1,141 @@
+"""Distillation training: the loop every draft kind trains in, and the draft's start from the target.
+
+The kind supplies its batches' collate and its loss (``specviz.distill.token``,
+``specviz.distill.feature``); the loop owns the optimiser, the schedule, the batch order and the
+held-out checkpoint choice (top-1 agreement = greedy acceptance at k = 1, teacher-forced).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import numpy as np
+import torch
+
+
+def init_from_target(draft, target_model, layer_ids: list[int]) -> None:
+    """Start from target layers ``layer_ids``, its final norm, and its output rows for the map."""
+    src = target_model.model
+    with torch.no_grad():
+        for dst, i in zip(draft.model.layers, layer_ids):
+            dst.load_state_dict(src.layers[i].state_dict())
+        draft.model.norm.load_state_dict(src.norm.state_dict())
+        out = target_model.get_output_embeddings().weight  # [V, hidden] (tied: the embedding)
+        draft.lm_head.weight.copy_(out[draft.lm_head.vocab_map].float())
+
+
+def label_positions(items: list[dict]):
+    """(rows [N], cols [N]) of every labelled position of a right-padded batch: item b's labels
+    sit at columns first .. first + n - 1."""
+    rows, cols = [], []
+    for b, x in enumerate(items):
+        n = len(x["p"])
+        rows.append(torch.full((n,), b))
+        cols.append(torch.arange(x["first"], x["first"] + n))
+    return torch.cat(rows), torch.cat(cols)
+
+
+def cat_labels(items: list[dict]):
+    """The batch's soft labels, concatenated in label_positions' order: idx, p, w, top1."""
+    return tuple(torch.cat([x[key] for x in items]) for key in ("idx", "p", "w", "top1"))
+
+
+def batches(data, batch_size: int, g: torch.Generator):
+    """Endless length-bucketed batches: shuffle, sort chunks of 32 batches by length, shuffle batches."""
+    while True:
+        perm = torch.randperm(len(data), generator=g).tolist()
+        chunk = 32 * batch_size
+        out = []
+        for c in range(0, len(perm), chunk):
+            part = sorted(perm[c:c + chunk], key=lambda i: len(data[i]["ids"]))
+            out += [part[i:i + batch_size] for i in range(0, len(part), batch_size)]
+        for bi in torch.randperm(len(out), generator=g).tolist():
+            yield [data[i] for i in out[bi]]
+
+
+@torch.no_grad()
+def evaluate_agreement(draft, data, loss_fn, collate, batch_size: int = 16, autocast: bool = True) -> dict:
+    """Teacher-forced on held-out target outputs: top-1 agreement (= greedy alpha at k = 1) and loss."""
+    draft.eval()
+    agree = n = 0
+    loss_sum = 0.0
+    for i in range(0, len(data), batch_size):
+        loss, a, m = loss_fn(draft, collate(data[i:i + batch_size]), autocast)
+        agree, n, loss_sum = agree + a, n + m, loss_sum + loss.item() * m
+    draft.train()
+    return {"agreement": agree / max(n, 1), "loss": loss_sum / max(n, 1), "positions": n}
+
+
+def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, seed: int, loss_fn, collate,
+          budget_s: float | None = None, weight_decay: float = 0.05, warmup: int = 30, eval_every: int = 100,
+          autocast: bool = True, log=None) -> dict:
+    """AdamW, linear warmup then cosine to 10% over ``steps``; keeps the best held-out checkpoint.
+
+    ``loss_fn(draft, collate(items), autocast) -> (loss, agreements, positions)`` is the kind's.
+    Everything that shapes the weights (batch order, learning rate) follows the step count and
+    the seed, never the clock, so the same data, seed and ``steps`` give the same weights on the
+    same device and thread count. ``budget_s`` is only a safety stop: if it ends training first,
+    the history says ``stopped_by="time budget"`` and those weights depend on the machine's
+    speed (the schedule was cut short at whatever step the clock allowed). Returns the history.
+    """
+    from tqdm import tqdm
+
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    g = torch.Generator().manual_seed(seed)
+    it = batches(train_data, batch_size, g)
+    draft.train()
+    best = {"agreement": -1.0}
+    best_state = None
+    hist = {"loss": [], "val": []}
+    t0 = time.perf_counter()
+    bar = tqdm(total=steps, desc="train", file=sys.stderr, mininterval=2)
+    step = 0
+
+    def checkpoint():
+        nonlocal best, best_state
+        v = evaluate_agreement(draft, val_data, loss_fn, collate, autocast=autocast) if val_data else {"agreement": 0.0, "loss": 0.0}
+        v.update(step=step, elapsed_s=time.perf_counter() - t0)
+        hist["val"].append(v)
+        if v["agreement"] > best["agreement"]:
+            best, best_state = v, {k: t.detach().clone() for k, t in draft.state_dict().items()
+                                   if not k.startswith("model.embed_tokens.")}
+        if log:
+            recent = f"{np.mean(hist['loss'][-eval_every:]):.3f}" if hist["loss"] else "-"
+            log(f"step {step}: train loss {recent}  held-out agreement {v['agreement']:.3f}  loss {v['loss']:.3f}")
+
+    checkpoint()  # the starting point (target layers) is a candidate too
+    stopped_by = "steps"
+    while step < steps:
+        if budget_s is not None and time.perf_counter() - t0 >= budget_s:
+            stopped_by = "time budget"
+            if log:
+                log(f"time budget reached at step {step} of {steps}: these weights depend on this machine's speed; "
+                    f"for reproducible weights give the budget room for --steps to end training")
+            break
+        progress = step / steps
+        scale = min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+        for group in opt.param_groups:
+            group["lr"] = lr * scale
+        loss, _, _ = loss_fn(draft, collate(next(it)), autocast)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        hist["loss"].append(loss.item())
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{np.mean(hist['loss'][-20:]):.3f}")
+        if step % eval_every == 0:
+            checkpoint()
+    bar.close()
+    if not hist["val"] or hist["val"][-1]["step"] != step:
+        checkpoint()
+    if best_state is not None and val_data:  # without held-out data the last weights are kept
+        draft.load_state_dict(best_state, strict=False)
+    if not val_data:
+        best = hist["val"][-1]
+    draft.eval()
+    return {"steps": step, "stopped_by": stopped_by, "train_s": time.perf_counter() - t0, "best": best, **hist}
