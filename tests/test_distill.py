@@ -157,9 +157,10 @@ def test_heldout_prompts_never_overlap_training():
     assert training_prompts(50) == training_prompts(200)[:50]  # prefix-stable: data generation resumes
 
 
-def test_two_worker_processes_write_what_one_process_writes(tmp_path, target):
+def test_two_worker_processes_write_what_one_process_writes(tmp_path, target, monkeypatch):
     from specviz.distill.data import generate_data, generate_parallel
 
+    monkeypatch.chdir(tmp_path)  # the workers import this specviz from any working directory
     kwargs = dict(prompts=training_prompts(4), name="train", max_new=4, batch_size=2, topk=4, seed=3)
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
