@@ -91,7 +91,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _name(dest: str) -> str:
-    return dest.replace("_", " ")
+    return "top-p" if dest == "top_p" else dest.replace("_", " ")
 
 
 def _flag(dest: str) -> str:
@@ -284,7 +284,8 @@ def check_context(a, cmd: str, prompts: list[str], target_dir: Path | None, draf
         return
     k = max(int_list(a.draft_lengths, "--draft-lengths")) if cmd == "sweep" else a.draft_length
     check_room(a.max_new_tokens, k, context, model)
-    used = prompts[: a.batch_size] if cmd == "run" else prompts  # run: the first B; bench/sweep: every prompt
+    # run: the first B (or --requests, cycled); bench/sweep: every prompt
+    used = prompts[: max(a.batch_size, getattr(a, "requests", None) or 0)] if cmd == "run" else prompts
     lengths = _token_lengths(target_dir, used, a.raw_prompt) if target_dir is not None else None
     if lengths:
         check_fits(lengths, a.max_new_tokens, k, context, model)

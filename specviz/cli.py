@@ -20,7 +20,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", metavar="TEXT", nargs="+", action="extend", help="prompt text (repeatable)")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--draft-length", type=int, default=2)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=64,
+                   help="new tokens per row; a prompt + max new tokens + draft length past the model's context "
+                        "(8192 for default) is refused before the model loads, not clamped")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
@@ -34,8 +36,6 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-confidence", type=float, default=0.0, metavar="P",
                    help="model drafts: a row stops drafting after a token the draft gives probability < P "
                         "(transformers' assistant_confidence_threshold; 0 = always draft k)")
-
-
     p.add_argument("--requests", type=int, default=None, metavar="N",
                    help="requests served through --batch-size slots, prompts cycled to N; a finished row's slot "
                         "goes to the next request (default: the batch size, one static batch)")
@@ -43,6 +43,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="requests arrive at R per second (Poisson, seeded by --seed); 0 = all queued at the start")
     p.add_argument("--static", action="store_true",
                    help="with --requests: consecutive static batches (BASS-style), no refill of finished rows")
+
+
 def _config(a):
     from specviz.run import RunConfig, read_prompts
 
@@ -70,13 +72,15 @@ def _progress(total: int, desc: str):
                 disable=not sys.stderr.isatty() and not os.environ.get("SPECVIZ_PROGRESS"))
 
 
-def _run_with_progress(cfg, target, proposer, desc: str, telemetry: bool = True):
+def _run_with_progress(cfg, target, proposer, desc: str, telemetry: bool = True, stop=None):
     from specviz.run import run
 
     bar = _progress(cfg.num_requests * cfg.max_new_tokens, desc)
 
     def on_step(dec, rec):
         bar.update(sum(len(r["emitted"]) for r in rec["rows"]))
+        if stop is not None and stop.signal:  # Ctrl-C / SIGTERM: end after this step, rows left are "stopped"
+            dec.stop()
 
     try:
         return run(cfg, target, proposer, on_step=on_step, telemetry=telemetry)
@@ -109,15 +113,27 @@ def cmd_run(a) -> int:
     from specviz.run import load_pair
     from specviz.analysis.trace import save_json
 
+    from specviz.interrupts import Stop
+
     cfg = _config(a)
     cfg.validate()
-    target, proposer = load_pair(cfg)
-    trace = _run_with_progress(cfg, target, proposer, f"{cfg.mode} B={cfg.batch_size}")
-    print_summary(trace)
-    for i, s in enumerate(trace["sequences"][: a.show]):
-        print(f"\n[{s['index']}] ({s['finish_reason']}) {s['text']!r}")
+    with Stop() as stop:
+        target, proposer = load_pair(cfg)
+        if stop.signal:
+            print(f"specviz: interrupted ({stop.signal}) before generation began: nothing written", file=sys.stderr)
+            return stop.exit_code
+        trace = _run_with_progress(cfg, target, proposer, f"{cfg.mode} B={cfg.batch_size}", stop=stop)
+        print_summary(trace)
+        for i, s in enumerate(trace["sequences"][: a.show]):
+            print(f"\n[{s['index']}] ({s['finish_reason']}) {s['text']!r}")
+        if a.out:
+            save_json(trace, a.out)  # atomic: a second signal here leaves the old file or the whole new one
+    if stop.signal:
+        where = f"the trace so far is in {a.out}" if a.out else "no --out was given, so nothing was written"
+        print(f"specviz: interrupted ({stop.signal}) after {trace['summary']['steps']} steps, unfinished rows marked "
+              f"stopped: {where}", file=sys.stderr)
+        return stop.exit_code
     if a.out:
-        save_json(trace, a.out)
         print(f"\ntrace written to {a.out}", file=sys.stderr)
     return 0
 
@@ -225,15 +241,12 @@ def cmd_sweep(a) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    import torch
-    import transformers
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand and flag (tests/test_checks.py walks them: each has a check in specviz.checks
+    or a reason it needs none)."""
+    from specviz.checks import OneLineParser
 
-    # our errors say what went wrong in one line; transformers' warnings and load bars only add noise
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-    p = argparse.ArgumentParser(prog="python -m specviz", description="Live batched speculative decoding.")
+    p = OneLineParser(prog="python -m specviz", description="Live batched speculative decoding.")
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("run", help="one run, writes a trace")
     _add_run_args(pr)
@@ -257,11 +270,29 @@ def main(argv=None) -> int:
     ps.add_argument("--repeats", type=int, default=1)
     ps.add_argument("--recalibrate", action="store_true")
     ps.add_argument("--out-dir", default="sweep-out")
-    from specviz.distill.command import add_distill_parser, cmd_distill
+    from specviz.distill.command import add_distill_parser
 
     add_distill_parser(sub)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    import torch
+    import transformers
+
+    from specviz.checks import check_args
+    from specviz.distill.command import cmd_distill
+
+    # our errors say what went wrong in one line; transformers' warnings and load bars only add noise
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
     try:
+        a = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, or a usage mistake already said in one line
+        return e.code
+    try:
+        check_args(a.cmd, a)  # every flag and file, before any model loads
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep,
                 "distill": cmd_distill}[a.cmd](a)
     except SpecvizError as e:

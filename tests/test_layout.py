@@ -21,7 +21,8 @@ LAYERS = [
     {"specviz.run"},
     {"specviz.measure"},
     {"specviz.distill"},
-    {"specviz.app", "specviz.cli", "specviz.checks"},
+    {"specviz.checks", "specviz.interrupts"},  # the CLI's input checks and signal handling, under it
+    {"specviz.app", "specviz.cli"},
     {"specviz.__main__"},
 ]
 MAX_LINES = 400

@@ -1,0 +1,235 @@
+"""Every user mistake on every subcommand is one line on stderr, a non-zero exit and no traceback,
+before any model loads (specviz.checks); and no flag exists without a case here or a stated
+reason it needs no check."""
+
+import argparse
+import os
+
+import pytest
+
+from specviz import checks
+from specviz.cli import build_parser, main
+
+RUN_COMMANDS = ("run", "bench", "calibrate", "sweep")
+LONG_PROMPT = "word " * 9000  # ~9,000 tokens: past SmolLM2's 8192
+
+# Cases for the flags every run-like subcommand shares: (args, what the line says). "{d}" is a
+# folder of bad files (made below). Each runs under run, bench, calibrate and sweep.
+SHARED = [
+    (["--target", "/definitely/missing/dir"], "unknown model"),
+    (["--target", "../../etc"], "is not a model"),
+    (["--target", "{d}/notes.txt"], "is not a model"),
+    (["--target", "{d}/missing.gguf"], "model file not found"),
+    (["--draft", "/definitely/missing/model.gguf"], "model file not found"),
+    (["--draft", "ngram:x"], "ngram:N wants N from 1 to 64"),
+    (["--draft", "ngram:0"], "ngram:N wants N from 1 to 64"),
+    (["--prompts", "{d}/missing.txt"], "prompts file not found"),
+    (["--prompts", "{d}"], "is a directory"),
+    (["--prompts", "/proc/self/mem"], "cannot read prompts file"),  # unreadable even for root
+    (["--prompts", "{d}/latin1.txt"], "is not UTF-8 text (byte 0xe9 on line 2)"),
+    (["--prompts", "{d}/empty.txt"], "has no prompts"),
+    (["--prompts", "{d}/bad.jsonl"], "bad.jsonl:2: invalid JSON"),
+    (["--prompts", "{d}/nokey.jsonl"], "nokey.jsonl:1: JSONL lines need a \"prompt\" key"),
+    (["--prompts", "{d}/number.jsonl"], "number.jsonl:1: \"prompt\" must be a string (got int)"),
+    (["--prompt", "  "], "prompt 2 is empty"),  # after the base "hi"
+    (["--batch-size", "0"], "batch size must be at least 1 (got 0)"),
+    (["--batch-size", "1000000000"], "batch size must be at most 65536"),
+    (["--batch-size", "two"], "argument --batch-size: invalid int value"),
+    (["--draft-length", "-1"], "draft length must be 0 or more"),
+    (["--max-new-tokens", "0"], "max new tokens must be at least 1"),
+    (["--temperature", "-0.5"], "temperature must be 0 (greedy) or positive"),
+    (["--temperature", "nan"], "temperature must be 0 (greedy) or positive (got nan)"),
+    (["--temperature", "inf"], "temperature must be 0 (greedy) or positive (got inf)"),
+    (["--top-p", "0"], "top-p must be in (0, 1]"),
+    (["--top-p", "1.01"], "top-p must be in (0, 1]"),
+    (["--seed", "-1"], "seed must be 0 or more"),
+    (["--controller", "nope"], "unknown controller"),
+    (["--controller", "table"], "controller 'table' needs a k table"),
+    (["--controller-arg", "k_max"], "--controller-arg wants KEY=VALUE"),
+    (["--controller", "heuristic", "--controller-arg", "k_max=0"], "k_max must be >= 1"),
+    (["--device", "tpu"], "unknown device 'tpu'"),
+    (["--device", "cuda:x"], "unknown device 'cuda:x'"),
+    (["--dtype", "float8"], "argument --dtype: invalid choice"),
+    (["--mode", "fast"], "argument --mode: invalid choice"),
+    (["--draft-confidence", "1.5"], "draft confidence must be in [0, 1)"),
+]
+# calibrate replaces the prompts with its own and checks its own context, so these skip it
+PROMPTED = [
+    (["--max-new-tokens", "100000"], "leaves no room for a prompt in the 8192-token context"),
+    (["--batch-size", "2", "--prompt", LONG_PROMPT], "past the 8192-token context of SmolLM2-135M-Instruct"),
+]
+# continuous batching (issue 17): run and bench serve --requests through --batch-size slots
+QUEUED = [
+    (["--requests", "0"], "requests must be at least 1"),
+    (["--requests", "2", "--batch-size", "4"], "2 requests cannot fill 4 slots"),
+    (["--arrival-rate", "-1"], "arrival rate must be 0"),
+    (["--arrival-rate", "nan"], "arrival rate must be 0"),
+]
+BASE = {"run": ["--prompt", "hi"], "bench": ["--prompt", "hi"], "calibrate": ["--prompt", "hi"],
+        "sweep": ["--prompt", "hi", "--out-dir", "{d}/sweep"], "distill": ["--out", "{d}/draft"]}
+OWN = {
+    "run": [
+        (["--out", "{d}/no-such-folder/t.json"], "does not exist"),
+        (["--out", "{d}"], "is a directory: give a file name"),
+        (["--out", "{d}/notes.txt/t.json"], "is not a folder"),
+        (["--out", "/sys/t.json"], "cannot write to folder /sys"),  # read-only even for root
+        (["--prompts", "{d}/ok.txt", "--out", "{d}/ok.txt"], "is the prompts file"),
+        (["--show", "-1"], "show must be 0 or more"),
+    ],
+    "bench": [
+        (["--repeats", "0"], "repeats must be at least 1"),
+        (["--peer-draft", "ngram:x"], "--peer-draft ngram:N wants N"),
+        (["--peer-draft", "/definitely/missing/model.gguf"], "model file not found"),
+    ],
+    "calibrate": [
+        (["--batch-sizes", "0,2"], "--batch-sizes must be comma-separated integers from 1"),
+        (["--batch-sizes", "a,b"], "--batch-sizes must be comma-separated integers"),
+        (["--k-max", "0"], "k max must be at least 1"),
+        (["--prefix-len", "0"], "prefix len must be at least 1"),
+        (["--prefix-len", "9000"], "--prefix-len 9000 + --k-max 8 + 1 positions pass the 8192-token context"),
+    ],
+    "sweep": [
+        (["--batch-sizes", ""], "--batch-sizes must be comma-separated integers"),
+        (["--draft-lengths", "0,1"], "--draft-lengths must be comma-separated integers from 1"),
+        (["--draft-lengths", "1,9000"], "leaves no room for a prompt"),
+        (["--repeats", "0"], "repeats must be at least 1"),
+        (["--out-dir", "{d}/notes.txt"], "is a file, not a folder"),
+        (["--out-dir", "{d}/notes.txt/sub"], "cannot be made"),
+        (["--out-dir", "/sys/sweep"], "cannot write to folder /sys"),
+        (["--draft", "none"], "a sweep compares speculative with regular decoding"),
+    ],
+    "distill": [
+        (["--target", "/definitely/missing/dir"], "unknown model"),
+        (["--out", "{d}/notes.txt"], "is a file, not a folder"),
+        (["--out", "/sys/draft"], "cannot write to folder /sys"),
+        (["--data", "{d}/notes.txt"], "is a file, not a folder"),
+        (["--samples", "0"], "samples must be at least 1"),
+        (["--val-samples", "-1"], "val samples must be 0 or more"),
+        (["--max-new-tokens", "0"], "max new tokens must be at least 1"),
+        (["--max-new-tokens", "9000"], "leaves no room for a prompt"),
+        (["--gen-batch-size", "0"], "gen batch size must be at least 1"),
+        (["--gen-budget-min", "0"], "gen budget min must be positive minutes"),
+        (["--gen-workers", "-1"], "gen workers must be 0 or more"),
+        (["--topk", "0"], "topk must be at least 1"),
+        (["--topk", "100000"], "--topk 100000 exceeds the target's vocabulary"),
+        (["--steps", "-1"], "steps must be 0 or more"),
+        (["--batch-size", "0"], "batch size must be at least 1"),
+        (["--lr", "0"], "lr must be positive"),
+        (["--lr", "nan"], "lr must be positive"),
+        (["--weight-decay", "-1"], "weight decay must be 0 or more"),
+        (["--vocab", "0"], "vocab must be at least 1"),
+        (["--vocab", "100000"], "--vocab 100000 exceeds the target's vocabulary"),
+        (["--kind", "huge"], "argument --kind: invalid choice"),
+        (["--layers", "0"], "layers must be at least 1"),
+        (["--layers", "99"], "--layers 99 is more than the target's 30 layers"),
+        (["--init-layers", "x"], "--init-layers must be comma-separated integers"),
+        (["--init-layers", "random"], "--init-layers random is for --kind feature"),
+        (["--init-layers", "0,99"], "--init-layers needs 2 comma-separated layer ids in 0..29"),
+        (["--seed", "-1"], "seed must be 0 or more"),
+        (["--time-budget-min", "-5"], "time budget min must be positive minutes"),
+        (["--eval-every", "0"], "eval every must be at least 1"),
+        (["--eval-prompts", "0"], "eval prompts must be at least 1"),
+        (["--eval-max-new-tokens", "0"], "eval max new tokens must be at least 1"),
+        (["--eval-ks", "0"], "--eval-ks must be comma-separated integers from 1"),
+        (["--cost-rounds", "0"], "cost rounds must be at least 1"),
+        (["--cost-prefix-len", "0"], "cost prefix len must be at least 1"),
+        (["--threads", "-1"], "threads must be 0 or more"),
+        (["--device", "tpu"], "unknown device"),
+        (["--dtype", "int4"], "argument --dtype: invalid choice"),
+    ],
+}
+
+
+def cases():
+    out = []
+    for cmd in RUN_COMMANDS:
+        out += [(cmd, args, msg) for args, msg in SHARED]
+        if cmd != "calibrate":
+            out += [(cmd, args, msg) for args, msg in PROMPTED]
+    subcommands = _subparsers()
+    for cmd in RUN_COMMANDS:  # only where the flags exist (H6's queue flags: run and bench at least)
+        flags = {s for act in subcommands[cmd]._actions for s in act.option_strings}
+        out += [(cmd, args, msg) for args, msg in QUEUED if args[0] in flags]
+    out += [(cmd, args, msg) for cmd, own in OWN.items() for args, msg in own]
+    return out
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    p = build_parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "notes.txt").write_text("not a model")
+    (d / "ok.txt").write_text("hello\n")
+    (d / "latin1.txt").write_bytes("first line\ncaf\xe9\n".encode("latin-1"))
+    (d / "empty.txt").write_text("\n  \n\n")
+    (d / "bad.jsonl").write_text('{"prompt": "fine"}\n{"prompt": "cut off\n')
+    (d / "nokey.jsonl").write_text('{"text": "hello"}\n')
+    (d / "number.jsonl").write_text('{"prompt": 5}\n')
+    return d
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _argv(cmd, args, d):
+    return [cmd, *[a.replace("{d}", str(d)) for a in BASE[cmd] + args]]
+
+
+@pytest.mark.parametrize("cmd,args,message", cases(), ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None)
+def test_every_mistake_is_one_line_and_a_nonzero_exit(cmd, args, message, bad_files, capsys):
+    code = main(_argv(cmd, args, bad_files))
+    captured = capsys.readouterr()
+    lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+    assert code == 2, (code, captured.err)
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("specviz: error: ") and message in lines[0], lines[0]
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_the_checks_pass_a_good_command_line_of_every_subcommand(bad_files):
+    """Not over-strict: the defaults with a prompt and writable outputs pass the whole pass."""
+    good = {"run": ["--out", "{d}/t.json", "--prompts", "{d}/ok.txt"], "bench": [], "calibrate": [], "sweep": [],
+            "distill": ["--data", "{d}/data", "--kind", "feature", "--init-layers", "random"]}
+    for cmd, extra in good.items():
+        a = build_parser().parse_args(_argv(cmd, extra, bad_files))
+        checks.check_args(cmd, a)  # raises on a problem
+    assert not (bad_files / "t.json").exists() and not (bad_files / "sweep").exists()  # checking writes nothing
+
+
+def test_every_flag_of_every_subcommand_has_a_case_or_a_reason():
+    """Walk the argparse definitions: a new flag without a validation case (or a stated reason
+    it needs none, in specviz.checks.NEEDS_NO_CHECK) fails here."""
+    covered = {(cmd, a) for cmd, args, _ in cases() for a in args if a.startswith("--")}
+    missing, unchecked = [], []
+    for cmd, sub in _subparsers().items():
+        for act in sub._actions:
+            if act.dest in checks.NEEDS_NO_CHECK:
+                continue
+            if act.dest not in checks.CHECKED:
+                unchecked.append(f"{cmd} {act.option_strings[0]}")
+            elif not any((cmd, s) in covered for s in act.option_strings):
+                missing.append(f"{cmd} {act.option_strings[0]}")
+    assert not unchecked, f"flags specviz.checks neither checks nor explains: {unchecked}"
+    assert not missing, f"flags without a case in tests/test_checks.py: {missing}"
+
+
+def test_needs_no_check_gives_a_reason_for_each_flag():
+    assert all(isinstance(r, str) and len(r) > 10 for r in checks.NEEDS_NO_CHECK.values())
+    assert not set(checks.NEEDS_NO_CHECK) & set(checks.CHECKED)
+
+
+def test_a_readonly_folder_is_refused_for_a_user_who_cannot_write(tmp_path, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere chmod says no; the /sys cases cover a folder root cannot write")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    assert main(["run", "--prompt", "hi", "--out", str(ro / "t.json")]) == 2
+    assert "cannot write to folder" in capsys.readouterr().err
