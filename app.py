@@ -22,10 +22,13 @@ with st.sidebar:
     st.header("Models")
     st.text_input("Target SPEC", key="target",
                   help="`default` (packaged SmolLM2-135M-Instruct), a hub id[@revision], a local HF directory, or a .gguf file")
+    # Option texts short enough for the sidebar's width (longer ones were cut off); the help says the rest.
     st.selectbox("Draft", ["default", "ngram", "none", "model"], key="draft_kind",
-                  format_func={"default": "default (best measured for the target)", "ngram": "ngram (prompt lookup)",
-                               "none": "none (regular decoding)", "model": "a model SPEC…"}.get,
-                  help="`default` = the target in bf16 when the target runs in fp32, else prompt-lookup n-grams")
+                  format_func={"default": "default", "ngram": "n-grams (prompt lookup)",
+                               "none": "none (regular)", "model": "a model SPEC…"}.get,
+                  help="`default` = the best cheap draft measured for the target: the shipped distilled draft for "
+                       "the packaged target in bf16, the target itself in bf16 when it runs in fp32, else "
+                       "prompt-lookup n-grams. `none` = regular decoding.")
     if st.session_state.get("draft_kind") == "model":
         st.text_input("Draft model SPEC", key="draft_spec", placeholder="org/name, a directory or a .gguf file")
     c1, c2 = st.columns(2)

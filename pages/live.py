@@ -161,7 +161,10 @@ def draft_line(cfg: dict, c: float | None) -> None:
     """What this draft is: its layers and parameters against the target's, and its measured cost."""
     name = cfg.get("draft_name") or cfg.get("draft")
     cost = f"measured cost ratio c = {c:.3f} (one draft token costs {100 * c:.1f}% of a target verify step)" if c else ""
-    if cfg.get("draft_params"):
+    if cfg.get("draft_params") and cfg.get("draft_params") == cfg.get("target_params"):
+        st.caption(f"**What is this draft:** the target's own weights ({cfg['draft_layers']} layers, "
+                   f"{cfg['draft_params'] / 1e6:.0f}M parameters) run in a cheaper dtype; {cost}.")
+    elif cfg.get("draft_params"):
         tgt = (f" against the target's {cfg['target_layers']} layers and {cfg['target_params'] / 1e6:.0f}M"
                if cfg.get("target_params") else "")
         st.caption(f"**What is this draft:** {name}: {cfg.get('draft_layers')} layers, "
@@ -334,7 +337,7 @@ def replay_view() -> None:
         toks = charts.tokens_at(tr, t)
         col.markdown(f"**{name}** — {sum(map(len, toks.values()))} tokens at {min(t, end):.2f} s")
         for i, ids in list(toks.items())[:4]:
-            col.text(f"row {i}: " + (decode(ids) if decode else " ".join(map(str, ids))))
+            col.text(f"row {i}: " + (charts.visible(decode(ids)) if decode else " ".join(map(str, ids))))
     if t > end:
         st.session_state["replay_t0"] = None
         st.rerun(scope="app")

@@ -61,3 +61,19 @@ def test_live_run_in_a_real_browser_draws_the_charts(finished_live_page):
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     SCREENSHOT.write_bytes(base64.b64decode(shot["data"]))
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_the_finished_live_page_explains_what_it_shows(finished_live_page):
+    """Issue 13: after a default run (the race is on by default) the page shows a measured speedup
+    beside the predicted one, the time per phase, whether the output changed, and what each
+    colour of the text means."""
+    from specviz.app.tokentext import DEFINITIONS
+
+    page = finished_live_page
+    assert page.metrics["measured speedup"].endswith("x"), page.metrics
+    assert page.metrics["predicted speedup"].endswith("x"), page.metrics
+    assert "vs predicted" in page.text
+    assert any(t.startswith("Where the time went") for t in page.chart_titles), page.chart_titles
+    assert "Output identical to regular decoding:" in page.text and " rows." in page.text
+    for kind, sentence in DEFINITIONS.items():
+        assert f"{kind}: {sentence}" in page.text, kind

@@ -212,3 +212,9 @@ def test_step_html_marks_accepted_rejected_thrown_away_and_recovered():
     assert h.index("t10") < h.index("t11") < h.index("t12")
     assert "rejected" in h and "thrown away" in h and "recovered" in h and "t99" in h
     assert "rejected draft position 2" in h
+
+
+def test_heatmap_hover_and_replay_text_show_special_tokens_as_markers(trace):
+    assert charts.visible("Hi.<|im_end|>") == "Hi.⟨end of turn⟩"
+    fig = charts.acceptance_heatmap(trace, decode=lambda ids: "x<|im_end|>")
+    assert "⟨end of turn⟩" in fig.data[0].text[0][0] and "im_end" not in fig.data[0].text[0][0]

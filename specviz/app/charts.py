@@ -11,6 +11,7 @@ bonus) follow specviz.analysis.explain.token_kind.
 from __future__ import annotations
 
 import html
+import re
 from typing import Callable, Sequence
 
 import plotly.graph_objects as go
@@ -34,10 +35,25 @@ def _ids(tokens: Sequence[int]) -> str:
     return " ".join(map(str, tokens))
 
 
+SPECIAL = re.compile(r"<\|[^<>|\s]*\|>|</?s>")
+END_NAMES = ("im_end", "endoftext", "eos", "s")
+
+
+def special_label(match: str) -> str:
+    """What a reader sees for a special token's raw text: <|im_end|> -> ⟨end of turn⟩."""
+    name = match.strip("<>|/")
+    return "⟨end of turn⟩" if name in END_NAMES else f"⟨{name}⟩"
+
+
+def visible(text: str) -> str:
+    """Decoded text with its special tokens (<|im_end|>, ...) replaced by readable markers."""
+    return SPECIAL.sub(lambda m: special_label(m.group(0)), text)
+
+
 def _text(tokens: Sequence[int], decode: Decode | None) -> str:
     if not tokens:
         return ""
-    return decode(list(tokens)) if decode is not None else _ids(tokens)
+    return visible(decode(list(tokens))) if decode is not None else _ids(tokens)
 
 
 def _row_indices(trace: dict) -> list[int]:
@@ -134,7 +150,7 @@ def acceptance_heatmap(trace: dict, decode: Decode | None = None, max_hover_step
 
     Hover text is built for the last ``max_hover_steps`` steps only (it dominates draw time).
     """
-    title = "Accepted draft tokens per row and step"
+    title = "Acceptance per sequence and step: accepted draft tokens"
     steps = trace.get("steps", [])
     rows = _row_indices(trace)
     if not steps or not rows:

@@ -5,10 +5,9 @@ strings (Markdown or HTML); no Streamlit, no plotly."""
 from __future__ import annotations
 
 import html
-import re
-from typing import Callable, Sequence
+from typing import Callable
 
-from specviz.app.charts import KIND_COLORS, token_kinds
+from specviz.app.charts import KIND_COLORS, SPECIAL, special_label, token_kinds
 
 Decode = Callable[[list[int]], str]
 
@@ -32,18 +31,15 @@ ALPHA_FIT_DEFINITION = (f"**{ALPHA} fit** (the sweep's): the {ALPHA} whose expec
                         f"(i.i.d. acceptance) equals the measured mean; it differs from the counted {ALPHA} when "
                         "acceptance is not the same at every position.")
 
-SPECIAL = re.compile(r"^<\|[^<>|]*\|>$|^</?s>$")
-
 
 def _piece(t: int, decode: Decode | None) -> str:
     """One output token as HTML: its text, or a grey marker for a special token (<|im_end|>...)."""
     if decode is None:
         return html.escape(f"[{t}]")
     text = decode([t])
-    if SPECIAL.match(text.strip()):
-        name = text.strip().strip("<>|/")
-        label = "end of turn" if name in ("im_end", "endoftext", "eos", "s") else name
-        return f'<span style="color:#999;font-size:85%" title="special token {html.escape(text)}">⟨{label}⟩</span>'
+    if SPECIAL.fullmatch(text.strip()):
+        return (f'<span style="color:#999;font-size:85%" title="special token {html.escape(text)}">'
+                f'{special_label(text.strip())}</span>')
     return html.escape(text)
 
 
