@@ -51,8 +51,38 @@ def cli_run(prompts_file: str) -> float:
         return json.loads(Path(out).read_text())["summary"]["tokens_per_s"]
 
 
-def page_run(tools) -> float:
+def cpu_seconds(server_pid: int) -> dict:
+    """CPU seconds so far of the server, its decode worker (its children) and chromium."""
+    import psutil
+
+    out = {"server": 0.0, "worker": 0.0, "chromium": 0.0}
+    try:
+        server = psutil.Process(server_pid)
+        t = server.cpu_times()
+        out["server"] = t.user + t.system
+        for c in server.children(recursive=True):
+            t = c.cpu_times()
+            out["worker"] += t.user + t.system
+    except psutil.Error:
+        pass
+    for p in psutil.process_iter(["name"]):
+        if "chrom" in (p.info["name"] or ""):
+            try:
+                t = p.cpu_times()
+                out["chromium"] += t.user + t.system
+            except psutil.Error:
+                pass
+    return out
+
+
+def page_run(tools, server_pid: int | None = None) -> float:
+    before = cpu_seconds(server_pid) if server_pid else None
+    t = time.perf_counter()
     browser.press_run_and_wait(tools)
+    if before is not None:
+        after, wall = cpu_seconds(server_pid), time.perf_counter() - t
+        print("  page run: {:.1f} s; CPU s: ".format(wall)
+              + ", ".join(f"{k} {after[k] - before[k]:.1f}" for k in after), flush=True)
     value = browser.metrics(tools).get("tokens/s")
     errors = tools.js(browser.ERRORS_JS)
     if errors:
@@ -76,13 +106,14 @@ def main() -> None:
     page, cli = [], []
     try:
         with browser.streamlit_server(log=log, env=env) as url, browser.chromium() as tools:
+            pid = browser.last_server_pid
             browser.open_live(tools, url)
             t = time.perf_counter()
-            warm = page_run(tools)
+            warm = page_run(tools, pid)
             print(f"warm-up page run: {warm:.1f} tokens/s ({time.perf_counter() - t:.0f} s with worker start "
                   "and model load)", flush=True)
             for r in range(a.rounds):
-                arms = [("page", lambda: page_run(tools)), ("cli", lambda: cli_run(f.name))]
+                arms = [("page", lambda: page_run(tools, pid)), ("cli", lambda: cli_run(f.name))]
                 got = {}
                 for name, fn in (arms if r % 2 == 0 else arms[::-1]):
                     got[name] = fn()

@@ -58,6 +58,9 @@ def stop_process(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
+last_server_pid: int | None = None  # the server streamlit_server started last (benchmarks read its CPU time)
+
+
 @contextlib.contextmanager
 def streamlit_server(log=None, env: dict | None = None):
     """`streamlit run app.py` on a free loopback port; yields its URL. Its output goes to ``log``
@@ -70,6 +73,8 @@ def streamlit_server(log=None, env: dict | None = None):
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
          "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    global last_server_pid
+    last_server_pid = proc.pid
     try:
         wait_for(lambda: proc.poll() is not None or http_ok(f"http://127.0.0.1:{port}/_stcore/health"), 60,
                  "the streamlit server")

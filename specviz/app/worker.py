@@ -3,8 +3,10 @@
 In the Streamlit server's process, decoding shared the GIL with the server's script reruns,
 figure building and websocket pushes, and torch's OpenMP threads spun against them for the
 two cores: the page made 0.14x the CLI's tokens/s (issue 13). Here one child process per server
-(multiprocessing "spawn": a fresh interpreter, no forked locks or OpenMP state) loads the model
-pair once and reuses it across runs, and streams each run back through a pipe as it goes:
+(`python -m specviz.app.worker`: a fresh interpreter, no forked locks or OpenMP state, and not
+multiprocessing's "spawn", which re-runs the parent's __main__ — under Streamlit that is app.py)
+loads the model pair once and reuses it across runs, and streams each run back over a
+multiprocessing.connection (a Unix socket with an auth key) as it goes:
 
     parent -> child   ("run", Job) | ("stop", run_id) | ("quit",)
     child -> parent   (run_id, kind, payload...) with kind one of
@@ -24,10 +26,13 @@ at module level: the child sets its OpenMP environment before torch is first imp
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 import pickle
+import shutil
 import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -87,13 +92,12 @@ class Job:
     runner: Callable  # (cfg, target, proposer) -> iter of (decoder, record); specviz.run.iter_run
 
 
-def _serve(conn, env: dict, threads: int) -> None:
-    """The child's main loop: one job at a time, until the pipe closes or "quit"."""
-    os.environ.update(env)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _serve(conn) -> None:
+    """The child's main loop: one job at a time, until the connection closes or "quit"."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on the server: the server's exit ends us
     import torch
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(worker_threads())
     sent_tokenizers: set = set()
     while True:
         try:
@@ -102,11 +106,23 @@ def _serve(conn, env: dict, threads: int) -> None:
             return
         if msg[0] == "quit":
             return
+        if msg[0] == "path":  # the parent's import path (tests' stand-ins travel by module name)
+            sys.path.extend(p for p in msg[1] if p not in sys.path)
         if msg[0] == "run":
             try:
                 _Job(conn, msg[1], sent_tokenizers).work()
             except (EOFError, BrokenPipeError, OSError):
                 return  # the server went away
+
+
+def child_main(address: str) -> None:
+    """`python -m specviz.app.worker ADDRESS`, the auth key (hex) on stdin: listen, serve one parent."""
+    from multiprocessing.connection import Listener
+
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    with Listener(address, family="AF_UNIX", authkey=authkey) as listener:
+        conn = listener.accept()
+    _serve(conn)
 
 
 class _Job:
@@ -200,24 +216,44 @@ class WorkerDied(RuntimeError):
 class Worker:
     """The parent's end of one decode child. One user at a time (see :func:`shared`)."""
 
+    CONNECT_TIMEOUT_S = 120.0  # a fresh interpreter importing torch on a loaded machine
+
     def __init__(self, threads: int | None = None):
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe(duplex=True)
+        from multiprocessing.connection import Client
+
         self.threads = threads or worker_threads()
-        self.proc = ctx.Process(target=_serve, args=(child, dict(CHILD_ENV), self.threads), daemon=True,
-                                name="specviz-decode")
-        self.proc.start()
-        child.close()
+        authkey = os.urandom(32)
+        self._dir = tempfile.mkdtemp(prefix="specviz-worker-")
+        address = os.path.join(self._dir, "sock")
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds specviz/
+        env = {**os.environ, **CHILD_ENV, "SPECVIZ_WORKER_THREADS": str(self.threads),
+               "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "specviz.app.worker", address], stdin=subprocess.PIPE,
+                                     env=env, cwd=os.getcwd())
+        self.proc.stdin.write(authkey.hex().encode() + b"\n")
+        self.proc.stdin.close()
+        deadline = time.monotonic() + self.CONNECT_TIMEOUT_S
+        while True:
+            try:
+                self.conn = Client(address, family="AF_UNIX", authkey=authkey)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.proc.kill()
+                    raise WorkerDied(f"the decode worker process did not start (exit code {self.proc.poll()})")
+                time.sleep(0.05)
+        shutil.rmtree(self._dir, ignore_errors=True)  # connected: the socket's name is no longer needed
         self.tokenizers: dict = {}  # the child's tokenizer key -> the unpickled tokenizer
         self.use = threading.Lock()  # held by the LiveRun whose job runs now
         self._send = threading.Lock()
+        self.send("path", list(sys.path))
 
     def send(self, *msg) -> None:
         with self._send:
             self.conn.send(msg)
 
     def alive(self) -> bool:
-        return self.proc.is_alive()
+        return self.proc.poll() is None
 
     def recv(self, timeout: float):
         """The next message, or None after ``timeout`` s; WorkerDied when the child has ended."""
@@ -229,8 +265,11 @@ class Worker:
         else:
             if self.alive():
                 return None
-        self.proc.join(1.0)
-        raise WorkerDied(f"the decode worker process ended unexpectedly (exit code {self.proc.exitcode}); "
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        raise WorkerDied(f"the decode worker process ended unexpectedly (exit code {self.proc.returncode}); "
                          "memory was freed; the next run starts a new one (a smaller batch size needs less memory)")
 
     def close(self) -> None:
@@ -238,10 +277,11 @@ class Worker:
             self.send("quit")
         except OSError:
             pass
-        self.proc.join(5)
-        if self.proc.is_alive():
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.join(5)
+            self.proc.wait(5)
         self.conn.close()
 
 
@@ -264,3 +304,9 @@ def forget(w: Worker) -> None:
     with _shared_lock:
         if _shared is w:
             _shared = None
+
+
+if __name__ == "__main__":
+    from specviz.app import worker as _module  # the one copy of this module that pickled jobs name
+
+    _module.child_main(sys.argv[1])
