@@ -1,6 +1,7 @@
 """Greedy exactness over many cases: each row's speculative output vs batch-1 greedy.
 
     python bench/exactness.py [--dtype float32] [--device cpu] [--max-new-tokens 48]
+    python bench/exactness.py --requests 13:3,29:8 --draft-lengths 2,4   # request queues (issue 17)
 
 Prints one line per (draft, batch size, k): exact rows, mean partial match (fraction of tokens
 equal up to the first divergence), and every divergence with the reference's top-1 minus top-2
@@ -39,6 +40,8 @@ def main() -> int:
     ap.add_argument("--batch-sizes", default="1,3,8")
     ap.add_argument("--draft-lengths", default="1,4,8")
     ap.add_argument("--drafts", default="ngram,default-bf16", help="comma-separated draft SPECs (default-bf16: the target's bf16 copy)")
+    ap.add_argument("--requests", metavar="N:SLOTS,...",
+                    help="instead of --batch-sizes: N requests (prompts cycled) through SLOTS refilled rows each")
     a = ap.parse_args()
     target = get_model("default", a.device, a.dtype)
     ids = encode_prompts(target.tokenizer, PROMPTS)
@@ -49,20 +52,22 @@ def main() -> int:
     bad = 0
     total = exact = 0
     for name in a.drafts.split(","):
-        for b in map(int, a.batch_sizes.split(",")):
+        queues = ([tuple(map(int, q.split(":"))) for q in a.requests.split(",")] if a.requests
+                  else [(None, b) for b in map(int, a.batch_sizes.split(","))])
+        for n, b in queues:
             for k in map(int, a.draft_lengths.split(",")):
                 if name == "default-bf16":
                     draft = ModelDraft(get_model("default", a.device, "bfloat16"), vocab_size=target.model.config.vocab_size)
                 else:  # any draft SPEC: ngram[:N], a model, a distilled draft directory
                     draft = make_proposer(name, target)
-                checks = check_exactness(target, draft, ids, b, k, a.max_new_tokens, refs)
+                checks = check_exactness(target, draft, ids, b, k, a.max_new_tokens, refs, requests=n)
                 n_exact = sum(c.exact for c in checks)
                 partial = sum(c.matched_prefix / max(c.reference_len, 1) for c in checks) / len(checks)
                 div = [f"row {c.index} @{c.first_divergence} margin {c.margin:.2e}" for c in checks if not c.exact]
                 bad += sum(1 for c in checks if not c.exact and c.margin >= NEAR_TIE)
                 total += len(checks)
                 exact += n_exact
-                print(f"{name:<13} B={b:<2} k={k:<2} exact {n_exact}/{len(checks)}  partial {partial:.3f}  "
+                print(f"{name:<13} B={b:<2}{f' N={n:<3}' if n else ''} k={k:<2} exact {n_exact}/{len(checks)}  partial {partial:.3f}  "
                       + ("; ".join(div) if div else ""), flush=True)
     print(f"total: {exact}/{total} rows exact; divergences not at a near-tie (margin >= {NEAR_TIE}): {bad}; "
           f"{time.perf_counter() - t0:.0f} s")

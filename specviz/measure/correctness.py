@@ -29,8 +29,10 @@ class RowCheck:
     matched_prefix: int  # tokens equal up to the first divergence ("partial match")
 
 
-def greedy_outputs(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int) -> list[list[int]]:
-    dec = decoder_for_ids(target, proposer, prompt_ids, k, max_new_tokens)
+def greedy_outputs(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
+                   slots: int | None = None) -> list[list[int]]:
+    """Greedy outputs of every prompt run together (``slots`` rows serving them as a request queue)."""
+    dec = decoder_for_ids(target, proposer, prompt_ids, k, max_new_tokens, slots=slots)
     for _ in dec.steps():
         pass
     return [r.output for r in dec.rows]
@@ -57,13 +59,14 @@ def compare(target, prompt_ids, outputs, references) -> list[RowCheck]:
 
 
 def check_exactness(target, proposer, prompt_ids, batch_size: int, k: int, max_new_tokens: int,
-                    references: list[list[int]] | None = None) -> list[RowCheck]:
-    """Run B rows (prompts cycled) speculatively and compare each with batch-1 greedy."""
-    rows = [prompt_ids[i % len(prompt_ids)] for i in range(batch_size)]
+                    references: list[list[int]] | None = None, requests: int | None = None) -> list[RowCheck]:
+    """Run B rows (prompts cycled) speculatively and compare each with batch-1 greedy; with
+    ``requests``, that many requests (prompts cycled) through B slots refilled as rows finish."""
+    rows = [prompt_ids[i % len(prompt_ids)] for i in range(requests or batch_size)]
     if references is None:
         references = [greedy_outputs(target, None, [p], 0, max_new_tokens)[0] for p in prompt_ids]
-    refs = [references[i % len(prompt_ids)] for i in range(batch_size)]
-    outs = greedy_outputs(target, proposer, rows, k, max_new_tokens)
+    refs = [references[i % len(prompt_ids)] for i in range(len(rows))]
+    outs = greedy_outputs(target, proposer, rows, k, max_new_tokens, slots=batch_size)
     return compare(target, rows, outs, refs)
 
 

@@ -1,0 +1,140 @@
+"""Continuous batching (issue 17): speculative vs regular decoding under the same request queue,
+interleaved in one process (specviz.measure.bench.interleaved), against the same arms as static
+batches, with the steady-state model's prediction next to each measurement.
+
+    python bench/continuous.py [--requests 32] [--batch-size 8] [--max-new-tokens 64] [--rounds 3]
+                               [--ks 1,2] [--dtype bfloat16] [--draft default]
+
+Requests: bench/prompts.txt then specviz.prompts.sets.CHAT (chat prompts the shipped draft never
+saw), cycled to --requests, all queued at t = 0. Arms: regular and fixed k under the refilled
+queue, the goodput policy (needs `python -m specviz calibrate` for the pair), and regular and
+speculative as consecutive static batches of --batch-size (--static). Prints per arm the median
+tokens/s, the median of per-round ratios to the same round's refilled regular arm, acceptance,
+p50/p95 latency, and the prediction of specviz.analysis.steady.refilled_run_time from the
+calibration and the arm's own per-request acceptance (successes / positions tried) and lengths.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from specviz.analysis import steady  # noqa: E402
+from specviz.analysis.analytic import positions_tried  # noqa: E402
+from specviz.analysis.costs import load_calibration  # noqa: E402
+from specviz.measure.bench import engine_arm, interleaved, warm_up  # noqa: E402
+from specviz.prompts.sets import CHAT  # noqa: E402
+from specviz.run import RunConfig, load_pair, read_prompts  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def request_alphas(trace: dict) -> list[float]:
+    """Per request: accepted / positions tried over its row-steps (the model's i.i.d. alpha)."""
+    acc, tried = {}, {}
+    for s in trace["steps"]:
+        for r in s["rows"]:
+            if r["active"] and r["drafted"]:
+                acc[r["index"]] = acc.get(r["index"], 0) + r["accepted"]
+                tried[r["index"]] = tried.get(r["index"], 0) + positions_tried(r["drafted"], r["accepted"])
+    return [acc.get(i, 0) / tried[i] if tried.get(i) else 0.0 for i in range(len(trace["sequences"]))]
+
+
+def predict(trace: dict, costs, slots: int, k: int, static: bool, draft_prefills: bool) -> float:
+    """Predicted tokens/s of this trace's queue (refilled, or static batches of ``slots``)."""
+    seqs = trace["sequences"]
+    lengths = [len(s["output_token_ids"]) for s in seqs]
+    alphas = request_alphas(trace) if k else [0.0] * len(seqs)
+    joins = [steady.join_seconds(len(s["prompt_token_ids"]), costs, draft_prefills and k > 0) for s in seqs]
+    if not static:
+        t = steady.refilled_run_time(lengths, alphas, slots, k, costs, joins)
+    else:  # each batch of ``slots`` runs alone until its slowest row is done
+        t = sum(steady.refilled_run_time(lengths[i:i + slots], alphas[i:i + slots], slots, k, costs,
+                                         joins[i:i + slots]) for i in range(0, len(seqs), slots))
+    return sum(lengths) / t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--ks", default="1,2")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--draft", default="default")
+    ap.add_argument("--no-static", action="store_true")
+    ap.add_argument("--no-goodput", action="store_true")
+    ap.add_argument("--out", help="write the medians and predictions as JSON")
+    a = ap.parse_args()
+
+    prompts = read_prompts(os.path.join(HERE, "prompts.txt")) + list(CHAT)
+    base = RunConfig(draft=a.draft, prompts=prompts, batch_size=a.batch_size, requests=a.requests,
+                     max_new_tokens=a.max_new_tokens, dtype=a.dtype, device="cpu")
+    base.validate()
+    target, proposer = load_pair(base)
+    cal = load_calibration(target, proposer)
+    costs = cal.costs(a.batch_size) if cal is not None else None
+    if costs is None:
+        print(f"no calibration for {target.name} + {proposer.name}: no predictions, no goodput arm "
+              f"(run `python -m specviz calibrate --dtype {a.dtype}`)")
+    ks = [int(x) for x in a.ks.split(",")]
+    regular = dataclasses.replace(base, mode="regular")
+    cfgs = {"regular": (regular, None), **{f"k={k}": (dataclasses.replace(base, draft_length=k), proposer) for k in ks}}
+    if costs is not None and not a.no_goodput:
+        cfgs["goodput"] = (dataclasses.replace(base, controller="goodput", draft_length=ks[0]), proposer)
+    if not a.no_static:
+        cfgs["static regular"] = (dataclasses.replace(regular, static=True), None)
+        cfgs[f"static k={ks[0]}"] = (dataclasses.replace(base, draft_length=ks[0], static=True), proposer)
+    for cfg, prop in cfgs.values():
+        warm_up(dataclasses.replace(cfg, requests=None), target, prop)
+    arms = {lbl: engine_arm(cfg, target, prop) for lbl, (cfg, prop) in cfgs.items()}
+    res = interleaved(arms, a.rounds, reference="regular",
+                      on_round=lambda r, got: print(f"round {r + 1}: " + "  ".join(f"{k} {v:.1f}" for k, v in got.items()),
+                                                    flush=True))
+    print(f"\n{target.name} ({target.dtype}) + {proposer.name}, {a.requests} requests through {a.batch_size} slots, "
+          f"{a.max_new_tokens} new tokens, all queued at t = 0, {a.rounds} interleaved rounds")
+    print(f"{'arm':<16} {'tok/s':>7} {'vs regular':>10} {'accept':>7} {'p50 lat':>8} {'p95 lat':>8} "
+          f"{'predicted tok/s':>15} {'pred/meas':>9} {'k used':>8}")
+    table = {}
+    for lbl, r in res.items():
+        cfg, prop = cfgs[lbl]
+        trace = r.traces[-1][0]
+        s = trace["summary"]
+        ks_used = [st["k"] for st in trace["steps"]]
+        k_mean = statistics.mean(ks_used) if ks_used else 0
+        pred = None
+        if costs is not None:
+            k_model = cfg.draft_length if cfg.mode == "speculative" and cfg.controller == "fixed" else round(k_mean)
+            pred = predict(trace, costs, a.batch_size, k_model if prop is not None else 0, cfg.static,
+                           getattr(prop, "kind", "") in ("model", "feature"))
+        table[lbl] = {"tok_s": r.median_tok_s, "ratio": r.median_ratio, "ratios": r.ratio,
+                      "acceptance": r.acceptance, "latency_p50_s": s["latency_p50_s"],
+                      "latency_p95_s": s["latency_p95_s"], "ttft_p50_s": s["ttft_p50_s"], "predicted_tok_s": pred,
+                      "mean_k": k_mean, "join_prefill_s": s["join_prefill_s"], "wall_s": s["wall_s"]}
+        acc = f"{r.acceptance:.3f}" if r.acceptance is not None and r.acceptance == r.acceptance else "-"
+        print(f"{lbl:<16} {r.median_tok_s:7.1f} {r.median_ratio:9.2f}x {acc:>7} {s['latency_p50_s']:8.2f} "
+              f"{s['latency_p95_s']:8.2f} {pred or float('nan'):15.1f} {(pred or float('nan')) / r.median_tok_s:9.2f} "
+              f"{k_mean:8.2f}")
+    if costs is not None:
+        pooled = request_alphas(res[f"k={ks[0]}"].traces[-1][0])
+        out_len = statistics.mean(len(q["output_token_ids"]) for q in res["regular"].traces[-1][0]["sequences"])
+        join = steady.join_seconds(statistics.mean(len(q["prompt_token_ids"]) for q in res["regular"].traces[-1][0]["sequences"]), costs)
+        print("\nsteady-state ceiling (specviz.analysis.steady.steady_speedup, B slots always full, "
+              f"per-request alphas of the k={ks[0]} arm, L = {out_len:.0f}):")
+        for k in range(0, 5):
+            print(f"  k={k}: {steady.steady_speedup(a.batch_size, pooled or [0.0], k, costs, out_len, join):.3f}x")
+        table["ceiling"] = {k: steady.steady_speedup(a.batch_size, pooled or [0.0], k, costs, out_len, join)
+                            for k in range(0, 5)}
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(table, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

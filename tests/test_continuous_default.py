@@ -1,0 +1,48 @@
+"""The packaged pair under a request queue (issue 17): greedy fp32, ragged prompts, every refilled
+request's output equals its plain greedy output at B = 1, with the default draft and n-grams."""
+
+import pytest
+
+from specviz.engine.proposers import NgramDraft
+from specviz.measure.correctness import check_exactness, greedy_outputs
+from specviz.run import encode_prompts, get_model, make_proposer
+
+PROMPTS = [
+    "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
+    "What is the capital of France?",
+    "List the first ten even numbers, separated by commas.",
+    "Write a Python function that returns the square of a number.",
+    "Name three synonyms for the word happy, please.",
+    "Summarize: Cats sleep a lot. Cats sleep up to sixteen hours a day. Sleeping cats save energy by resting.",
+    "Translate to French: Good morning, how are you today?",
+]
+MAX_NEW = 6  # a few steps per request: joins still land while other rows are mid-output
+pytestmark = pytest.mark.slow  # the real model in fp32: ~5 min CPU for the module (bench/exactness.py --requests for more)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return get_model("default", "cpu", "float32")
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(target):
+    ids = encode_prompts(target.tokenizer, PROMPTS)
+    assert len({len(p) for p in ids}) == len(ids)  # ragged
+    return ids
+
+
+@pytest.fixture(scope="module")
+def references(target, prompt_ids):
+    return [greedy_outputs(target, None, [p], 0, MAX_NEW)[0] for p in prompt_ids]
+
+
+@pytest.mark.parametrize("requests,slots,k", [(13, 3, 3), (29, 8, 2)])
+@pytest.mark.parametrize("draft", ["default", "ngram"])
+def test_refilled_requests_equal_batch_one_greedy(target, prompt_ids, references, requests, slots, k, draft):
+    proposer = make_proposer("default", target) if draft == "default" else NgramDraft()
+    checks = check_exactness(target, proposer, prompt_ids, slots, k, MAX_NEW, references, requests=requests)
+    assert len(checks) == requests
+    for c in checks:  # a divergence is only acceptable at a near-tie of the reference's logits
+        assert c.exact or c.margin < 1e-3, f"request {c.index} diverges at {c.first_divergence}, margin {c.margin}"
+    assert sum(c.exact for c in checks) >= requests - 1
