@@ -240,12 +240,13 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
 def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
                     params: SamplingParams | None = None, seed: int = 0, prompts: list[str] | None = None,
                     controller=None, accept_fn=None, keep_hidden: bool = False, slots: int | None = None,
-                    arrivals: list[float] | None = None, refill: bool = True) -> SpecDecoder:
+                    arrivals: list[float] | None = None, refill: bool = True, tree=None) -> SpecDecoder:
     """The one place a SpecDecoder is built: over already-encoded prompts (measurements, data
     generation, exactness checks), with a fixed draft length k unless a policy is given; regular
     decoding when there is no proposer or k = 0. ``slots`` concurrent rows serve the prompts as
     a request queue (None: one row per prompt, a static batch); ``refill=False`` runs them as
-    consecutive static batches; ``arrivals`` are seconds after the start (None: all at 0)."""
+    consecutive static batches; ``arrivals`` are seconds after the start (None: all at 0); ``tree``
+    (engine.treestep.TreeShape) makes every row draft a token tree."""
     if controller is None:
         k = k if proposer is not None else 0
         proposer = proposer if k else None
@@ -253,7 +254,7 @@ def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_n
     kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
     return SpecDecoder(target, proposer, controller, prompts if prompts is not None else [""] * len(prompt_ids),
                        prompt_ids, params or SamplingParams(), max_new_tokens, seed, keep_hidden=keep_hidden,
-                       slots=slots, arrivals=arrivals, refill=refill, **kwargs)
+                       slots=slots, arrivals=arrivals, refill=refill, tree=tree, **kwargs)
 
 
 def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn=None) -> Iterator[tuple[SpecDecoder, dict | None]]:

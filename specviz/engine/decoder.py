@@ -30,6 +30,7 @@ import torch
 
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams, accept_reference
+from specviz.engine.treestep import tree_phases
 
 
 @dataclasses.dataclass
@@ -101,6 +102,7 @@ class SpecDecoder:
         slots: int | None = None,
         arrivals: list[float] | None = None,
         refill: bool = True,
+        tree=None,  # a treestep.TreeShape: every row drafts a token tree (None = chains)
     ):
         self.target = target
         self.proposer = proposer
@@ -111,6 +113,7 @@ class SpecDecoder:
         self.eos = eos_token_ids(target)
         self.accept_fn = accept_fn or default_accept_fn(self.device)
         self.compact_threshold = compact_threshold
+        self.tree = tree
         # A feature draft (drafts.FeatureDraft) reads the target's final hidden states: the
         # prefill's go to proposer.start, each verify's to proposer.commit. keep_hidden keeps them
         # without one (data generation): prefill_hidden/prefill_valid and verify_hidden.
@@ -235,21 +238,10 @@ class SpecDecoder:
             clock[-1] = clock[0]
         B = len(self.active)
         k = self.controller.next_k(B) if self.proposer is not None else 0
-        u_draft, u_verify = self._uniforms(k)
-        drafts, n, q = self._draft(k, u_draft)
-        w = int(n.max()) if k else 0  # widest proposal: slots past it would be holes in every row
-        if w < k:
-            drafts, q, u_verify = drafts[:, :w], (q[:, :w] if q is not None else None), u_verify[:, : w + 1]
-        lap()
-        logits = self._verify(drafts, n)
-        lap()
-        verdict = self.accept_fn(logits, drafts, n, u_verify, self.params, q)
-        num_accepted = verdict.num_accepted.tolist()
-        emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
-        lap()
-        proposed = [d[:m] for d, m in zip(drafts.tolist(), n.tolist())]
-        rows, compacted, left = self._advance(step, verdict.num_accepted, num_accepted, emitted, proposed, w + 1)
-        lap()
+        if self.tree is not None and self.proposer is not None:  # token trees: specviz.engine.treestep
+            width, rows, compacted, left = tree_phases(self, step, k, lap)
+        else:
+            width, rows, compacted, left = self._chain_phases(step, k, lap)
         t_start, t_prefill, t_draft, t_verify, t_accept, t_end = clock
         for r in left:
             r.leave_s = t_end - self.t0
@@ -259,7 +251,7 @@ class SpecDecoder:
         return {
             "step": step,
             "k": k,
-            "verify_width": w + 1,  # slots per row in the verify forward (k + 1 unless no row proposed k)
+            "verify_width": width,  # slots per row in the verify forward (k + 1 unless no row proposed k)
             "batch_size": B,
             "t_start": t_start - self.t0,
             "t_prefill": t_prefill - t_start,  # newcomers' prefill (0 when none joined)
@@ -276,6 +268,25 @@ class SpecDecoder:
             "left": [r.index for r in left],  # requests that finished in this step
             "queue_length": queued,  # arrived requests waiting for a slot when the step began
         }
+
+    def _chain_phases(self, step: int, k: int, lap) -> tuple[int, list[dict], bool, list[RowState]]:
+        """draft -> verify -> accept -> advance for chains, lap() after each; (verify width, rows, compacted, left)."""
+        u_draft, u_verify = self._uniforms(k)
+        drafts, n, q = self._draft(k, u_draft)
+        w = int(n.max()) if k else 0  # widest proposal: slots past it would be holes in every row
+        if w < k:
+            drafts, q, u_verify = drafts[:, :w], (q[:, :w] if q is not None else None), u_verify[:, : w + 1]
+        lap()
+        logits = self._verify(drafts, n)
+        lap()
+        verdict = self.accept_fn(logits, drafts, n, u_verify, self.params, q)
+        num_accepted = verdict.num_accepted.tolist()
+        emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
+        lap()
+        proposed = [d[:m] for d, m in zip(drafts.tolist(), n.tolist())]
+        rows, compacted, left = self._advance(step, verdict.num_accepted, num_accepted, emitted, proposed, w + 1)
+        lap()
+        return w + 1, rows, compacted, left
 
     def _draft(self, k: int, u: torch.Tensor):
         """n_b <= k proposals per row: (tokens [B, k], num_drafted [B], q [B, k, V] or None)."""
@@ -299,7 +310,6 @@ class SpecDecoder:
     def _advance(self, step: int, accepted_t: torch.Tensor, num_accepted: list[int], emitted: list[list[int]],
                  proposed: list[list[int]], width: int) -> tuple[list[dict], bool, list[RowState]]:
         """Roll back rejected slots, grow outputs, retire finished rows; returns the row records."""
-        drafted = [len(p) for p in proposed]
         keep_slots = torch.arange(width, device=self.device).unsqueeze(0) <= accepted_t.unsqueeze(1)  # [B, k+1]
         self.kv.reject_tail(keep_slots)  # slot 0 (the last token) + accepted drafts stay
         compacted = self.kv.maybe_compact()
@@ -307,6 +317,13 @@ class SpecDecoder:
             self.proposer.commit(num_accepted, emitted, features=self.verify_hidden)
         elif self.proposer is not None:
             self.proposer.commit(num_accepted, emitted)
+        rows, left = self._retire(step, num_accepted, emitted, proposed)
+        return rows, compacted, left
+
+    def _retire(self, step: int, num_accepted: list[int], emitted: list[list[int]],
+                proposed: list[list[int]]) -> tuple[list[dict], list[RowState]]:
+        """Grow outputs, observe the policy, drop finished rows from caches; (row records, rows that left)."""
+        drafted = [len(p) for p in proposed]
         records, keep = {}, []
         for i, (r, e, a, p) in enumerate(zip(self.active, emitted, num_accepted, proposed)):
             out = self._append(r, e)
@@ -328,9 +345,9 @@ class SpecDecoder:
                 self.proposer.select_rows(idx)
             self.active = [self.active[i] for i in keep]
         if self.continuous:  # one record per row that stepped (a request queue may be long)
-            return list(records.values()), compacted, left
+            return list(records.values()), left
         idle = {"active": False, "drafted": 0, "accepted": 0, "emitted": [], "draft_tokens": []}
-        return [records.get(r.index) or {"index": r.index, **idle} for r in self.rows], compacted, left
+        return [records.get(r.index) or {"index": r.index, **idle} for r in self.rows], left
 
     def _append(self, r: RowState, emitted: list[int]) -> list[int]:
         """Add a step's output to a row, cut at max_new_tokens and at the first EOS (inclusive)."""

@@ -66,12 +66,16 @@ class RaggedCache:
     # ---- forward ---------------------------------------------------------------------------
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor | None, input_valid: torch.Tensor, last_only: bool = False,
-                inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+                inputs_embeds: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                tail_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Append T slots per row and run the model over them.
 
         input_ids:   [B, T] token ids (anything at invalid slots), or None with inputs_embeds
         input_valid: [B, T] bool, False = a hole (padding within this step)
         inputs_embeds: [B, T, hidden] model inputs instead of token ids
+        positions:   [B, T] explicit position ids (token trees: prefix length + depth), else counted
+        tail_mask:   [B, T, S] which of the last S slots each new slot may see (a tree node: its
+                     ancestors and itself; fastllama.visible)
         returns logits [B, T, V] (or [B, 1, V] for the last slot when last_only)
         """
         B, T = input_valid.shape
@@ -79,13 +83,14 @@ class RaggedCache:
             self.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
             self.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
         # position of a valid slot = valid tokens before it in its row; holes reuse a neighbour's
-        positions = self.lengths.unsqueeze(1) + input_valid.long().cumsum(dim=1) - 1  # [B, T]
-        positions = positions.clamp(min=0)
+        if positions is None:
+            positions = self.lengths.unsqueeze(1) + input_valid.long().cumsum(dim=1) - 1  # [B, T]
+            positions = positions.clamp(min=0)
         self.valid = torch.cat([self.valid, input_valid], dim=1)  # [B, L+T]
         self.lengths = self.lengths + input_valid.sum(dim=1)
         if self.lean:
             out = fastllama.forward(self.model, input_ids, self.valid, positions, self.cache, last_only,
-                                    inputs_embeds=inputs_embeds, return_hidden=self.keep_hidden)
+                                    inputs_embeds=inputs_embeds, return_hidden=self.keep_hidden, tail_mask=tail_mask)
             if self.keep_hidden:
                 out, self.hidden = out
             return out
@@ -96,7 +101,7 @@ class RaggedCache:
             out = self.model(
                 input_ids=input_ids if inputs_embeds is None else None,
                 inputs_embeds=inputs_embeds,
-                attention_mask=self.valid.long(),
+                attention_mask=self.valid.long() if tail_mask is None else self._mask_4d(T, tail_mask),
                 position_ids=positions,
                 cache=self.cache,
                 use_cache=True,
@@ -108,6 +113,12 @@ class RaggedCache:
         if self.keep_hidden:
             self.hidden = captured[-1]
         return out.logits
+
+    def _mask_4d(self, T: int, tail_mask: torch.Tensor) -> torch.Tensor:
+        """transformers' custom-mask form of fastllama.visible: [B, 1, T, L] additive (0 or the dtype's min)."""
+        dtype = next(self.model.parameters()).dtype
+        allowed = fastllama.visible(self.valid, T, tail_mask).unsqueeze(1)  # [B, 1, T, L]
+        return torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
     # ---- rollback and memory ---------------------------------------------------------------
     def reject_tail(self, keep: torch.Tensor) -> None:

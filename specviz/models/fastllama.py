@@ -117,23 +117,44 @@ def _attention(q, k, v, allowed, scale, groups):
     return out.reshape(B, H, T, d).transpose(1, 2).reshape(B, T, H * d)
 
 
+def visible(valid: torch.Tensor, T: int, tail_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, T, L] bool: which cache slots each of the T new query slots attends to.
+
+    valid: [B, L] the cache's validity mask including the new slots. Slot j is visible from query
+    t when it is valid and not after it (causal by slot order). ``tail_mask`` [B, T, S] (token
+    trees, specviz.engine.tree) further restricts the last S slots: a tree node sees only its own
+    ancestors among them; it must let every query see itself.
+    """
+    L_all = valid.shape[1]
+    slot = torch.arange(L_all, device=valid.device)
+    query_slot = (L_all - T) + torch.arange(T, device=valid.device)
+    causal = slot[None, :] <= query_slot[:, None]  # [T, L]
+    # A hole's query may have no valid slot to see (left padding): let it see itself, so its
+    # softmax stays finite. Its output is never used, and no valid slot ever attends to a hole.
+    allowed = (valid[:, None, :] & causal) | (slot[None, :] == query_slot[:, None])  # [B, T, L]
+    if tail_mask is not None:
+        S = tail_mask.shape[-1]
+        allowed[:, :, L_all - S:] &= tail_mask
+    return allowed
+
+
 @torch.inference_mode()
 def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, cache,
-            last_only: bool = False, inputs_embeds: torch.Tensor | None = None, return_hidden: bool = False):
+            last_only: bool = False, inputs_embeds: torch.Tensor | None = None, return_hidden: bool = False,
+            tail_mask: torch.Tensor | None = None):
     """Logits [B, T, V] (or [B, 1, V]) for T new slots per row.
 
     valid: [B, L + T] bool, the whole cache's validity mask including the new slots (the
     RaggedCache's mask after appending); position_ids: [B, T]. ``inputs_embeds`` [B, T, hidden]
     replaces the token embedding (a feature draft's fused input). With ``return_hidden`` the
     result is (logits, hidden [B, T, hidden]): the final-norm output at every slot, what the
-    output layer reads (a feature draft's input).
+    output layer reads (a feature draft's input). ``tail_mask`` [B, T, S]: see ``visible``.
     """
     cfg = model.config
     inner = model.model
     if not _is_fused(inner.layers[0]):  # the whole model moves at once: one layer tells
         fuse_projections(model)
     B, T = position_ids.shape
-    L_all = valid.shape[1]
     H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
     d = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
     groups = H // Hkv
@@ -142,13 +163,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     h = inner.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds  # [B, T, hidden]
     cos, sin = inner.rotary_emb(h, position_ids)  # [B, T, d]
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [B, T, 1, d]: broadcast over heads
-    slot = torch.arange(L_all, device=valid.device)
-    query_slot = (L_all - T) + torch.arange(T, device=valid.device)
-    causal = slot[None, :] <= query_slot[:, None]  # [T, L]
-    # A hole's query may have no valid slot to see (left padding): let it see itself, so its
-    # softmax stays finite. Its output is never used, and no valid slot ever attends to a hole.
-    allowed = (valid[:, None, :] & causal) | (slot[None, :] == query_slot[:, None])
-    allowed = allowed.unsqueeze(1)  # [B, 1, T, L]
+    allowed = visible(valid, T, tail_mask).unsqueeze(1)  # [B, 1, T, L]
 
     for i, layer in enumerate(inner.layers):
         attn, mlp = layer.self_attn, layer.mlp

@@ -1,0 +1,89 @@
+"""One decoder step with token trees (issue 16): draft a tree per row -> ONE verify -> tree walk -> advance.
+
+The decoder (specviz.engine.decoder) calls ``tree_phases`` instead of its chain phases when it has
+a ``TreeShape``. Per step, for the B active rows:
+  draft   the proposer's ``propose_tree`` gives each row up to N nodes, depth <= k (specviz.engine.tree)
+  verify  ONE batched target forward over [last token, node 0 .. node N_b - 1] per row, padded to
+          T = 1 + max N_b slots: a node sees its row's valid prefix and its own ancestors
+          (tree.ancestor_mask as the cache's tail mask), at position prefix length + depth
+  accept  tree.accept_tree: the accepted path, then the recovered or bonus token
+  advance the root and the accepted path's slots stay, every other node becomes a hole (the
+          cache's hole/compaction scheme bounds memory); the proposer's ``commit_tree`` does the
+          same in the draft's cache. The kept path's slots are in slot order by depth (parents
+          come before children), so counting valid slots gives each the position it was verified at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from specviz.engine.tree import TokenTree, accept_tree, ancestor_mask
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeShape:
+    width: int  # W: children expanded per frontier node, frontier nodes kept per depth
+    nodes: int  # N: draft nodes kept per row (ancestors always kept)
+
+
+def empty_tree(B: int, device) -> TokenTree:
+    z = torch.zeros(0, dtype=torch.long, device=device)
+    return TokenTree(z, z, z, torch.zeros(B + 1, dtype=torch.long, device=device))
+
+
+def verify_tree(kv, last: list[int], tree: TokenTree) -> torch.Tensor:
+    """ONE target forward over every row's [last token, nodes] -> logits [B, 1 + N, V]."""
+    dev = kv.device
+    tokens, parents, depth, real = tree.padded()  # [B, N] each
+    B = len(last)
+    root = torch.tensor(last, dtype=torch.long, device=dev).unsqueeze(1)  # [B, 1]
+    ids = torch.cat([root, tokens.to(dev)], dim=1)  # [B, 1 + N]
+    valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=dev), real.to(dev)], dim=1)  # [B, 1 + N]
+    depth = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev), depth.to(dev)], dim=1)  # [B, 1 + N]
+    positions = kv.lengths.unsqueeze(1) + depth  # [B, 1 + N] prefix length + depth
+    return kv.forward(ids, valid, positions=positions, tail_mask=ancestor_mask(parents.to(dev), real.to(dev)))
+
+
+def row_uniforms(rows, sizes: list[int], device) -> torch.Tensor:
+    """[B, max N_b + 1]: row b's N_b + 1 uniforms from its own stream (node tests, then the final draw)."""
+    u = torch.zeros(len(rows), max(sizes, default=0) + 1)
+    for b, (r, n) in enumerate(zip(rows, sizes)):
+        u[b, : n + 1] = torch.rand(n + 1, generator=r.gen)
+    return u.to(device)
+
+
+def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, list]:
+    """The decoder's four phases for a tree step, lap() after each; (verify width, rows, compacted, left)."""
+    active = list(dec.active)
+    contexts = [r.context for r in active]
+    if k:
+        tree = dec.proposer.propose_tree(contexts, k, dec.tree.width, dec.tree.nodes, dec.params)
+    else:
+        tree = empty_tree(len(active), dec.device)
+    sizes = tree.sizes()
+    u = row_uniforms(active, sizes, dec.device)
+    lap()
+    logits = verify_tree(dec.kv, [c[-1] for c in contexts], tree)
+    dec.verify_hidden = dec.kv.hidden
+    lap()
+    verdict = accept_tree(logits, tree, u, dec.params)
+    num_accepted = verdict.num_accepted.tolist()
+    emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
+    lap()
+    dec.kv.reject_tail(verdict.keep_slots)
+    compacted = dec.kv.maybe_compact()
+    paths = verdict.path
+    if k:
+        dec.proposer.commit_tree(paths, emitted)
+    else:
+        dec.proposer.commit(num_accepted, emitted)
+    trees = {r.index: {**tree.row(b), "path": paths[b]} for b, r in enumerate(active)}
+    proposed = [t["token"] for t in trees.values()]
+    rows, left = dec._retire(step, num_accepted, emitted, proposed)
+    for rec in rows:
+        if rec["index"] in trees:
+            rec["tree"] = trees[rec["index"]]
+    lap()
+    return logits.shape[1], rows, compacted, left
