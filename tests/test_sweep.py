@@ -44,6 +44,9 @@ def test_calibrate_sweep_end_to_end(target, tmp_path_factory, monkeypatch_module
         assert r["measured_speedup"] == pytest.approx(r["spec_tokens_per_s"] / r["regular_tokens_per_s"])
     s = summarize_sweep(rows, cal)
     assert set(s["per_batch_size"]) == {1, 2} and s["median_abs_rel_error"] >= 0
+    done = []  # the Sweep page's worker: a cell at a time, stopped between cells
+    partial = sweep(base, [1, 2], [1, 2], target, draft, cal, on_cell=done.append, should_stop=lambda: len(done) == 1)
+    assert partial == done and [(r["batch_size"], r["draft_length"]) for r in partial] == [(1, 1)]
 
 
 @pytest.fixture(scope="module")
