@@ -219,3 +219,18 @@ def test_steady_state_is_the_long_queue_limit_of_the_refilled_run():
     expect = (10 / 1.5 + 20) * steady.step_seconds(1, 1, COSTS) + 2 * join
     assert one == pytest.approx(expect)
     assert steady.steady_speedup(B, [0.0], 0, COSTS, L, join) == pytest.approx(1.0)
+
+
+def test_goodput_policy_under_refills_stays_exact_and_sees_the_occupancy(target):
+    prompts = ragged_prompts(9, V, seed=37)
+    ref = reference_greedy(target, prompts, max_new=10)
+    seen = []
+    policy = make_controller("goodput", 2, costs=COSTS, k_max=4)
+    ask = policy.next_k
+    policy.next_k = lambda b: seen.append(b) or ask(b)
+    dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.2)), prompts, 2, 10, controller=policy,
+                          slots=3)
+    steps = list(dec.steps())
+    assert [r.output for r in dec.rows] == ref
+    assert seen == [s["batch_size"] for s in steps] and seen[-1] < 3  # the occupancy, step by step
+    assert {s["k"] for s in steps} <= set(range(5))
