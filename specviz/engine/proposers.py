@@ -17,6 +17,7 @@ import dataclasses
 import torch
 
 from specviz.models.distilled import fused_input
+from specviz.engine import treedraft
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams, sample_tokens
 
@@ -146,6 +147,14 @@ class ModelDraft:
     def select_rows(self, rows: torch.Tensor) -> None:
         self.kv.select_rows(rows)
         self.pending = [self.pending[i] for i in rows.tolist()]
+
+    # ---- token trees (specviz.engine.treedraft) ------------------------------------------------
+    def propose_tree(self, contexts, k: int, width: int, nodes: int, params: SamplingParams):
+        """Every row's EAGLE-2 tree: depth <= k, top-``width`` children, ``nodes`` kept (a TokenTree)."""
+        return treedraft.propose_tree(self, k, width, nodes)
+
+    def commit_tree(self, paths: list[list[int]], emitted: list[list[int]]) -> None:
+        treedraft.commit_tree(self, paths, emitted)
 
 
 class FeatureDraft(ModelDraft):

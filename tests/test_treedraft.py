@@ -1,0 +1,78 @@
+"""Tree drafting for model drafts (issue 16, EAGLE-2 style): the grown trees' shape, the draft cache
+after tree steps, and greedy exactness of tree decoding (ragged B 1/3/8, several (k, W, N), both
+forwards) against plain greedy at batch 1. The packaged pair's exactness is bench/exactness.py's."""
+
+import pytest
+import torch
+
+from specviz.engine.proposers import ModelDraft
+from specviz.engine.sampling import SamplingParams
+from specviz.engine.treestep import TreeShape
+from specviz.run import decoder_for_ids
+
+from fakes import perturbed_copy, ragged_prompts, reference_greedy, tiny_llama
+
+V = 64
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_llama(V)
+    return target, perturbed_copy(target, 0.3)
+
+
+def test_a_grown_tree_keeps_n_nodes_with_their_ancestors_and_top_w_siblings(pair):
+    target, draft_model = pair
+    prompts = ragged_prompts(3, V, seed=4)
+    draft = ModelDraft(draft_model)
+    draft.start(prompts)
+    tree = draft.propose_tree(prompts, 4, 3, 10, SamplingParams())
+    assert tree.sizes() == [10, 10, 10]
+    for b in range(3):
+        row = tree.row(b)
+        assert max(row["depth"]) <= 4 and all(p < i for i, p in enumerate(row["parent"]))
+        kids = {}
+        for i, (t, p) in enumerate(zip(row["token"], row["parent"])):
+            kids.setdefault(p, []).append((row["rank"][i], t))
+        for p, ks in kids.items():
+            assert [r for r, _ in ks] == sorted(r for r, _ in ks) and len({t for _, t in ks}) == len(ks)
+            assert len(ks) <= 3
+        # the root's top child is the draft's own greedy token
+    fresh = ModelDraft(draft_model)
+    fresh.start(prompts)
+    chain = fresh.propose(prompts, 1, SamplingParams(), torch.zeros(3, 1))
+    assert [tree.row(b)["token"][0] for b in range(3)] == chain.tokens[:, 0].tolist()
+
+
+def test_after_tree_steps_the_draft_cache_equals_a_fresh_prefill_of_the_context(pair):
+    target, draft_model = pair
+    prompts = ragged_prompts(3, V, seed=6)
+    draft = ModelDraft(draft_model)
+    dec = decoder_for_ids(target, draft, prompts, 3, 12, tree=TreeShape(3, 8))
+    steps = dec.steps()
+    for _ in range(3):
+        next(steps)
+    contexts = [r.context for r in dec.active]
+    grown = draft.propose_tree(contexts, 1, 4, 4, SamplingParams())  # depth 1: the root's top 4
+    draft._grown = None
+    fresh = ModelDraft(draft_model)
+    fresh.start(contexts)
+    want = fresh.propose_tree(contexts, 1, 4, 4, SamplingParams())
+    assert grown.tokens.tolist() == want.tokens.tolist()
+    torch.testing.assert_close(grown.probs, want.probs, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("lean", ["1", "0"])
+@pytest.mark.parametrize("B,k,W,N", [(1, 3, 2, 6), (3, 4, 3, 10), (8, 2, 4, 5)])
+def test_tree_decoding_equals_batch_one_greedy(pair, monkeypatch, lean, B, k, W, N):
+    monkeypatch.setenv("SPECVIZ_LEAN_FORWARD", lean)
+    target, draft_model = pair
+    prompts = ragged_prompts(B, V, seed=B + k)
+    ref = reference_greedy(target, prompts, max_new=10)
+    dec = decoder_for_ids(target, ModelDraft(draft_model), prompts, k, 10, tree=TreeShape(W, N))
+    steps = list(dec.steps())
+    assert [r.output for r in dec.rows] == ref
+    accepted = sum(r["accepted"] for s in steps for r in s["rows"])
+    assert accepted > 0  # the trees were used, not only the bonus tokens
+    ranks = [r["tree"]["rank"][i] for s in steps for r in s["rows"] if r.get("tree") for i in r["tree"]["path"]]
+    assert max(ranks) > 0  # some accepted node was not the draft's top guess: the tree's second guesses paid
