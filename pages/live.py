@@ -14,12 +14,13 @@ import streamlit as st
 
 from specviz.analysis import explain
 from specviz.app import state as appstate, charts, tokentext
+from specviz.app.upload import read_trace_upload
 
 from specviz.prompts import sets as promptsets
 from specviz.common import SpecvizError
 from specviz.engine.policies import CONTROLLERS, COST_AWARE
 from specviz.run import RunConfig
-from specviz.analysis.trace import load_json, to_chrome_trace, to_tables
+from specviz.analysis.trace import to_chrome_trace, to_tables
 
 DRAW_BUDGET = 0.05  # a redraw (server + browser) may cost at most this share of its interval: it shares the cores
 REDRAW_S = (1.0, 8.0)  # bounds of the live redraw interval, seconds
@@ -387,11 +388,11 @@ if upload is not None and st.session_state.get("_upload_id") == upload.file_id a
 if upload is not None and st.session_state.get("_upload_id") != upload.file_id:
     st.session_state["_upload_id"] = upload.file_id
     st.session_state["_upload_error"] = None
-    try:
-        loaded = load_json(upload.getvalue())
+    try:  # size, UTF-8, JSON, version and the shape of every field the pages read (specviz.app.upload)
+        loaded = read_trace_upload(upload.name, upload.getvalue())
         charts.token_kinds(loaded)  # reject a file whose steps are not trace records
     except (ValueError, KeyError, TypeError) as e:
-        msg = f"{upload.name}: {e}" if isinstance(e, ValueError) else f"{upload.name}: not a specviz trace ({e})"
+        msg = str(e) if isinstance(e, ValueError) else f"{upload.name}: not a specviz trace ({e})"
         st.session_state["_upload_error"] = msg
         st.error(msg)
     else:

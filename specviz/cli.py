@@ -9,6 +9,7 @@ import argparse
 import os
 import statistics
 import sys
+from pathlib import Path
 
 from specviz.common import SpecvizError
 
@@ -138,16 +139,36 @@ def cmd_run(a) -> int:
     return 0
 
 
+def _print_rounds(rounds: list[dict[str, float]]) -> None:
+    """An interrupted bench: each arm's median over the rounds that finished."""
+    print(f"{'run':<28}{'tokens/s':>10}{'ratio':>8}   ({len(rounds)} finished round(s))")
+    for arm in rounds[0]:
+        ratio = statistics.median(r[arm] / r["regular"] for r in rounds)
+        print(f"{arm:<28}{statistics.median(r[arm] for r in rounds):>10.1f}{ratio:>8.2f}")
+
+
 def cmd_bench(a) -> int:
+    from specviz.interrupts import Interrupted, Stop
     from specviz.measure.bench import bench
 
     cfg = _config(a)
     cfg.validate()
     passes = len(cfg.every_prompt()) * cfg.batch_size * cfg.max_new_tokens
     bar = _progress(a.repeats * 2 * passes, "bench")
+    rounds, stop = [], Stop(at_once=True)  # a part-round time is not comparable: Ctrl-C drops it, keeps the rest
     try:
-        r = bench(cfg, a.repeats, peer=not a.no_peer, peer_draft=a.peer_draft,
-                  on_step=lambda dec, rec: bar.update(sum(len(x["emitted"]) for x in rec["rows"])))
+        with stop:
+            r = bench(cfg, a.repeats, peer=not a.no_peer, peer_draft=a.peer_draft,
+                      on_step=lambda dec, rec: bar.update(sum(len(x["emitted"]) for x in rec["rows"])),
+                      on_round=lambda i, tok_s: rounds.append(tok_s))
+    except Interrupted:
+        bar.close()
+        if rounds:
+            _print_rounds(rounds)
+        print(f"specviz: interrupted ({stop.signal}) in round {len(rounds) + 1} of {a.repeats}: "
+              + (f"the {len(rounds)} finished round(s) are printed above, the unfinished one dropped" if rounds
+                 else "no round had finished, so there is nothing to report"), file=sys.stderr)
+        return stop.exit_code
     finally:
         bar.close()
     if r.peer_note:
@@ -215,23 +236,44 @@ def cmd_calibrate(a) -> int:
 
 
 def cmd_sweep(a) -> int:
+    from specviz.interrupts import Interrupted, Stop
+    from specviz.measure import resume
     from specviz.measure.sweep import sweep_config, write_sweep
 
     cfg = _config(a)
     cfg.validate()
     sizes, ks = _ints(a.batch_sizes, "--batch-sizes"), _ints(a.draft_lengths, "--draft-lengths")
+    key = resume.sweep_key(cfg, a.repeats, a.recalibrate)
+    done, cells, stop = resume.load_cells(a.out_dir, key), [], Stop(at_once=True)
+    if done:
+        print(f"resuming an interrupted sweep: {len(done)} finished cell(s) kept from {resume.resume_path(a.out_dir)}",
+              file=sys.stderr)
     bar = _progress(len(sizes) * len(ks), "sweep")
 
     def on_cell(c):
+        cells.append(c)
+        resume.save_cells(a.out_dir, key, cells)  # at once: even a kill -9 loses only the cell under way
         bar.update(1)
         print(f"B={c['batch_size']:<3} k={c['draft_length']:<2} alpha {c['alpha']:.3f}  measured {c['measured_speedup']:.2f}x"
               f"  predicted {c['predicted_speedup']:.2f}x (i.i.d. rows {c['predicted_speedup_iid']:.2f}x)", flush=True)
 
     try:
-        rows, summary, cal, config = sweep_config(cfg, sizes, ks, a.repeats, a.recalibrate, on_cell)
+        with stop:
+            rows, summary, cal, config = sweep_config(cfg, sizes, ks, a.repeats, a.recalibrate, on_cell, done=done)
+    except Interrupted:
+        bar.close()
+        if not cells:
+            print(f"specviz: interrupted ({stop.signal}) before the first cell finished: nothing written", file=sys.stderr)
+            return stop.exit_code
+        path = resume.write_cells_csv(a.out_dir, cells)
+        (Path(a.out_dir).expanduser() / "sweep.json").unlink(missing_ok=True)  # it would describe another sweep
+        print(f"specviz: interrupted ({stop.signal}) after {len(cells)} of {len(sizes) * len(ks)} cells: they are in "
+              f"{path}; the same command again resumes from them", file=sys.stderr)
+        return stop.exit_code
     finally:
         bar.close()
     csv_path, json_path = write_sweep(a.out_dir, rows, summary, cal, config)
+    resume.clear(a.out_dir)
     print(f"\nmedian |predicted - measured| / measured: {summary['median_abs_rel_error']:.3f}")
     print(f"{'B':>3} {'best k (measured)':>18} {'k* (predicted)':>15} {'k* (one alpha)':>15} {'speedup':>8}")
     for b, v in summary["per_batch_size"].items():
@@ -269,7 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--draft-lengths", default="1,2,4,6,8")
     ps.add_argument("--repeats", type=int, default=1)
     ps.add_argument("--recalibrate", action="store_true")
-    ps.add_argument("--out-dir", default="sweep-out")
+    ps.add_argument("--out-dir", default="sweep-out",
+                    help="sweep.csv and sweep.json go here; an interrupted sweep leaves its finished cells here, and "
+                         "the same command again resumes from them")
     from specviz.distill.command import add_distill_parser
 
     add_distill_parser(sub)

@@ -99,3 +99,25 @@ def test_at_once_raises_on_the_first_signal():
         with Stop(at_once=True):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
+
+
+def test_ctrl_c_in_a_bench_round_prints_the_finished_rounds(monkeypatch, capsys):
+    import specviz.measure.bench as bench_mod
+    from specviz.cli import main
+
+    real_run, calls = bench_mod.run, []
+
+    def run(*args, **kwargs):  # warm-up x2, then one run per arm per round (B = 1, one prompt, no peer)
+        calls.append(1)
+        if len(calls) == 5:  # a real Ctrl-C as round 2 starts
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(bench_mod, "run", run)
+    code = main(["bench", "--prompt", "Count: 1 2 3 1 2 3", "--draft", "ngram", "--max-new-tokens", "4", "--repeats", "3",
+                 "--no-peer", "--dtype", "float32", "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 130
+    assert err.strip().splitlines()[-1] == ("specviz: interrupted (SIGINT) in round 2 of 3: the 1 finished round(s) are "
+                                            "printed above, the unfinished one dropped")
+    assert "(1 finished round(s))" in out and "speculative" in out and "regular" in out

@@ -54,27 +54,36 @@ def measure_cell(base: RunConfig, b: int, k: int, target, proposer, calibration,
 
 
 def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibration, repeats: int = 1,
-          on_cell: Callable[[dict], None] | None = None, should_stop: Callable[[], bool] | None = None) -> list[dict]:
+          on_cell: Callable[[dict], None] | None = None, should_stop: Callable[[], bool] | None = None,
+          done: dict | None = None) -> list[dict]:
     """Run the grid; returns one dict per (b, k) cell, in order. ``on_cell(cell)`` after each
-    cell; ``should_stop()`` is checked before each cell (the cells done so far are returned)."""
-    rows = []
+    cell; ``should_stop()`` is checked before each cell (the cells done so far are returned).
+    ``done``: cells already measured by an interrupted sweep, by (b, k) (specviz.measure.resume),
+    kept as they are."""
+    rows, done = [], done or {}
     for b in batch_sizes:
         if should_stop is not None and should_stop():
             break
+        if all((b, k) in done for k in draft_lengths):
+            for k in draft_lengths:
+                rows.append(done[(b, k)])
+                if on_cell:
+                    on_cell(rows[-1])
+            continue
         warm = dataclasses.replace(base, batch_size=b, max_new_tokens=4)
         warm_up(dataclasses.replace(warm, mode="regular"), target, None)
         warm_up(dataclasses.replace(warm, draft_length=max(draft_lengths)), target, proposer)
         for k in draft_lengths:
             if should_stop is not None and should_stop():
                 return rows
-            rows.append(measure_cell(base, b, k, target, proposer, calibration, repeats))
+            rows.append(done.get((b, k)) or measure_cell(base, b, k, target, proposer, calibration, repeats))
             if on_cell:
                 on_cell(rows[-1])
     return rows
 
 
 def sweep_config(cfg: RunConfig, batch_sizes, draft_lengths, repeats: int = 1, recalibrate: bool = False,
-                 on_cell=None, should_stop=None, note: Callable[[str], None] | None = None):
+                 on_cell=None, should_stop=None, note: Callable[[str], None] | None = None, done: dict | None = None):
     """``python -m specviz sweep``: load the pair, take the cached calibration (or measure one),
     run the grid. Returns (rows, summary, calibration, trace config)."""
     note = note or (lambda msg: print(msg, file=sys.stderr))
@@ -88,7 +97,7 @@ def sweep_config(cfg: RunConfig, batch_sizes, draft_lengths, repeats: int = 1, r
         cal = calibrate(target, proposer, sorted(set(batch_sizes)), max(draft_lengths))
     else:
         note(f"using the cached calibration from {cal.created or 'an unknown date'} (--recalibrate to measure again)")
-    rows = sweep(cfg, batch_sizes, draft_lengths, target, proposer, cal, repeats, on_cell, should_stop)
+    rows = sweep(cfg, batch_sizes, draft_lengths, target, proposer, cal, repeats, on_cell, should_stop, done)
     return rows, summarize_sweep(rows, cal), cal, cfg.to_trace_config(target, proposer)
 
 
