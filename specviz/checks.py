@@ -37,6 +37,7 @@ INTS = {
     "eval_prompts": (1, None), "eval_max_new_tokens": (1, None), "cost_rounds": (1, None),
     "cost_prefix_len": (1, None), "threads": (0, 4096),
     "requests": (1, None),  # run's request queue (issue 17); None = the batch size
+    "tree_width": (1, None), "tree_nodes": (1, None),  # token trees (issue 16)
 }
 # dest: (interval as written in the message, low, low included, high, high included); None = unset is fine
 FLOATS = {
@@ -333,6 +334,8 @@ def check_run_args(cmd: str, a) -> None:
     if cmd == "sweep" and a.draft == "none":
         raise SpecvizError("a sweep compares speculative with regular decoding: give a --draft other than none")
     check_controller(a)
+    if getattr(a, "tree_width", 1) > 1 and (a.draft == "none" or a.draft.startswith("ngram")):
+        raise SpecvizError(f"--tree-width {a.tree_width} needs a model draft; --draft {a.draft} drafts chains only")
     prompts = prompts_of(a)
     if cmd != "calibrate" and not prompts:
         raise SpecvizError("no prompts given: pass --prompt TEXT or --prompts FILE")

@@ -49,6 +49,11 @@ class RunConfig:
     requests: int | None = None
     arrival_rate: float = 0.0  # requests per second, Poisson (seeded by seed); 0 = all queued at t = 0
     static: bool = False
+    # Token trees (issue 16): every row drafts a tree of depth draft_length, expanding the top
+    # tree_width children of the tree_width best frontier nodes per depth, tree_nodes nodes kept.
+    # tree_width 1 = chains (today's code path and output).
+    tree_width: int = 1
+    tree_nodes: int = 16
 
     def validate(self) -> None:
         """Reject bad input with one clear sentence (checked before anything loads)."""
@@ -64,6 +69,8 @@ class RunConfig:
             raise SpecvizError(f"top-p must be in (0, 1] (got {self.top_p})")
         if not 0 <= self.draft_confidence < 1:
             raise SpecvizError(f"draft confidence must be in [0, 1) (got {self.draft_confidence})")
+        if self.tree_width < 1 or self.tree_nodes < 1:
+            raise SpecvizError(f"tree width and tree nodes must be at least 1 (got {self.tree_width}, {self.tree_nodes})")
         if self.requests is not None and self.requests < 1:
             raise SpecvizError(f"requests must be at least 1 (got {self.requests})")
         if self.requests is not None and self.requests < self.batch_size:
@@ -120,6 +127,8 @@ class RunConfig:
         d = dataclasses.asdict(self)
         d.pop("prompts")
         d.pop("controller_args")
+        if self.tree_width == 1:  # chains: the trace's config reads as before trees
+            d.pop("tree_width"), d.pop("tree_nodes")
         if target is not None:
             d["dtype"] = str(target.dtype).removeprefix("torch.")
             d["device"] = str(target.device)
@@ -232,9 +241,17 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
                           f"{target.device} ({target.dtype}); it picks k from the batch-1 formula (cost ratio 0.1) "
                           f"until `python -m specviz calibrate` runs for this pair", stacklevel=2)
     controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cargs)
+    tree = None
+    if cfg.tree_width > 1 and proposer is not None:
+        if not hasattr(proposer, "propose_tree") or getattr(proposer, "wants_features", False):
+            raise SpecvizError(f"--tree-width {cfg.tree_width} needs a token model draft (the default or a model "
+                               f"SPEC); {proposer.name} drafts chains only: use --tree-width 1")
+        from specviz.engine.treestep import TreeShape
+
+        tree = TreeShape(cfg.tree_width, cfg.tree_nodes)
     return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens, cfg.params, cfg.seed, prompts=prompts,
                            controller=controller, accept_fn=accept_fn, slots=cfg.batch_size,
-                           arrivals=cfg.arrivals(), refill=not cfg.static)
+                           arrivals=cfg.arrivals(), refill=not cfg.static, tree=tree)
 
 
 def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,

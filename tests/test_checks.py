@@ -52,6 +52,9 @@ SHARED = [
     (["--dtype", "float8"], "argument --dtype: invalid choice"),
     (["--mode", "fast"], "argument --mode: invalid choice"),
     (["--draft-confidence", "1.5"], "draft confidence must be in [0, 1)"),
+    (["--tree-width", "0"], "tree width must be at least 1 (got 0)"),
+    (["--tree-nodes", "0"], "tree nodes must be at least 1 (got 0)"),
+    (["--draft", "ngram", "--tree-width", "2"], "--tree-width 2 needs a model draft"),
 ]
 # calibrate replaces the prompts with its own and checks its own context, so these skip it
 PROMPTED = [
