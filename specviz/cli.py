@@ -42,6 +42,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "goes to the next request (default: the batch size, one static batch)")
     p.add_argument("--arrival-rate", type=float, default=0.0, metavar="R",
                    help="requests arrive at R per second (Poisson, seeded by --seed); 0 = all queued at the start")
+    p.add_argument("--tree-width", type=int, default=1, metavar="W",
+                   help="token trees (model drafts): expand the top W children of the W best frontier nodes at "
+                        "each depth up to --draft-length (1 = chains)")
+    p.add_argument("--tree-nodes", type=int, default=16, metavar="N",
+                   help="with --tree-width > 1: draft nodes kept per row (the best by draft probability)")
     p.add_argument("--static", action="store_true",
                    help="with --requests: consecutive static batches (BASS-style), no refill of finished rows")
 
@@ -63,7 +68,8 @@ def _config(a):
                      top_p=a.top_p, seed=a.seed, controller=a.controller, mode=a.mode, device=a.device,
                      dtype=a.dtype, raw_prompt=a.raw_prompt, controller_args=cargs,
                      draft_confidence=a.draft_confidence, requests=getattr(a, "requests", None),
-                     arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False))
+                     arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False),
+                     tree_width=getattr(a, "tree_width", 1), tree_nodes=getattr(a, "tree_nodes", 16))
 
 
 def _progress(total: int, desc: str):
