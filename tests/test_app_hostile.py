@@ -117,3 +117,46 @@ def test_a_good_upload_after_a_bad_one_is_shown():
     at.file_uploader(key="upload").set_value(("good.json", GOOD, "application/json")).run()
     assert not at.exception and not at.error
     assert at.session_state[appstate.TRACE_KEY]["config"]["draft_length"] == 2
+
+
+# ---- the prompts text area -------------------------------------------------------------------
+
+def run_prompts(text: str, batch: int = 2, timeout: float = 180) -> AppTest:
+    """A short run of the real default model (n-gram drafts) on the text area's prompts."""
+    import time
+
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.session_state["draft_kind"] = "ngram"
+    at.slider(key="batch_size").set_value(batch)
+    at.slider(key="max_new_tokens").set_value(4)
+    at.text_area(key="prompts_text").set_value(text)
+    at.button(key="run").click().run()
+    run = at.session_state[appstate.RUN_KEY] if appstate.RUN_KEY in at.session_state else None
+    deadline = time.monotonic() + timeout
+    while run is not None and run.running and time.monotonic() < deadline:
+        run.beat()  # the page polls while the run goes
+        run.join(1.0)
+    if run is not None:
+        run.stop()
+        run.join(30)
+        assert not run.running
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_a_prompt_past_the_context_is_refused_in_the_page():
+    at = run_prompts("word " * 9000 + "\nshort prompt", batch=2)
+    assert any("past the 8192-token context" in e.value for e in at.error), [e.value for e in at.error]
+    assert appstate.TRACE_KEY not in at.session_state or at.session_state[appstate.TRACE_KEY] is None
+
+
+def test_a_thousand_prompts_with_control_characters_run():
+    odd = ["tab\there", "bell\x07 and escape \x1b[31mred\x1b[0m", "nul \x00 byte", "emoji \U0001f600 and \u202eRTL"]
+    text = "\n".join(odd + [f"prompt number {i}" for i in range(996)])
+    at = run_prompts(text, batch=4)
+    assert not at.error, [e.value for e in at.error]
+    trace = at.session_state[appstate.TRACE_KEY]
+    assert [s["prompt"] for s in trace["sequences"]] == odd  # batch 4: the first four prompts
+    assert all(len(s["output_token_ids"]) >= 1 for s in trace["sequences"])
