@@ -34,8 +34,8 @@ for c in "fixed --draft-length 1" "fixed --draft-length 2" "fixed --draft-length
   echo "== policy $c, B=8 (default pair)"
   $PY -m specviz bench $P --dtype bfloat16 --draft default --batch-size 8 --no-peer --controller $c
 done
-echo "== live view vs headless"
-$PY bench/live_overhead.py
+echo "== the Live page in a real browser vs the CLI"
+$PY bench/browser_speed.py --rounds 3
 for c in "fixed --draft-length 1" "fixed --draft-length 2" "bass --draft-length 4" "analytic --draft-length 2"; do
   echo "== policy $c, B=8 (bf16 target, ngram draft)"
   $PY -m specviz bench $P --dtype bfloat16 --draft ngram --batch-size 8 --controller $c
