@@ -111,6 +111,12 @@ def print_summary(trace: dict, out=None) -> None:
         ("system efficiency", _fmt(s["system_efficiency"])), ("overhead fraction", _fmt(s["overhead_frac"])),
         ("steps", s["steps"]),
     ]
+    if (c.get("requests") or c["batch_size"]) > c["batch_size"] or c.get("arrival_rate"):  # a request queue
+        rows += [("requests / slots", f"{s.get('requests')} / {c['batch_size']}" + (" (static batches)" if c.get("static") else "")),
+                 ("throughput requests/s", _fmt(s.get("throughput_requests_per_s"))),
+                 ("latency p50 / p95 s", f"{_fmt(s.get('latency_p50_s'))} / {_fmt(s.get('latency_p95_s'))}"),
+                 ("TTFT p50 / p95 s", f"{_fmt(s.get('ttft_p50_s'))} / {_fmt(s.get('ttft_p95_s'))}"),
+                 ("join prefill s", _fmt(s.get("join_prefill_s")))]
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}", file=out)
