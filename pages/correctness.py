@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from specviz.analysis.explain import exactness
-from specviz.app import jobs, modelcharts, state as appstate
+from specviz.app import jobs, modelcharts, state as appstate, tokentext
 from specviz.common import SpecvizError
 from specviz.prompts import sets as promptsets
 from specviz.run import RunConfig, get_model, make_proposer, run
@@ -28,7 +28,8 @@ c1, c2, c3 = st.columns(3)
 b = c1.slider("batch size", 1, 16, 4, key="corr_b")
 k = c2.slider("draft length", 1, 16, 4, key="corr_k")
 max_new = c3.slider("max new tokens", 4, 128, 24, key="corr_max_new")
-pset = c1.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="corr_prompts")
+pset = c1.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="corr_prompts",
+                    format_func=tokentext.short_label, help=" · ".join(promptsets.PROMPT_SETS))
 
 def exactness_job(cfg: RunConfig):
     """Both modes on the fp32 target, in the job's thread: the rows of divergence_rows."""

@@ -68,7 +68,14 @@ costs = appstate.trace_costs(trace)
 if costs is None:
     st.info("not calibrated yet: the analytic pages use the batch-1 formula and the sliders' cost ratio")
 else:
-    st.write(costs)
+    b_run = int(trace["config"].get("batch_size", 1))
+    k_run = max(1, int(trace["config"].get("draft_length", 1)))
+    st.dataframe([{"fitted cost (at the run's b = %d)" % b_run: name, "value": value} for name, value in (
+        ("target forward, 1 token per row (ms)", f"{costs.target(b_run, 1) * 1e3:.2f}"),
+        (f"target verify, k + 1 = {k_run + 1} tokens per row (ms)", f"{costs.target(b_run, k_run + 1) * 1e3:.2f}"),
+        ("target knee: tokens per forward where compute-bound starts", f"{costs.target.knee_tokens:.0f}"),
+        ("draft forward, 1 token per row (ms)", f"{costs.draft(b_run, 1) * 1e3:.2f}"),
+        ("engine overhead per speculative step (ms)", f"{costs.overhead * 1e3:.2f}"))], hide_index=True)
 
 # ---- kernels -------------------------------------------------------------------------------------
 st.subheader("Kernels")

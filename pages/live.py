@@ -57,7 +57,7 @@ with c2:
     st.slider("Max new tokens", 1, 512, 64, key="max_new_tokens")
 with c3:
     st.selectbox("Prompt set", list(promptsets.PROMPT_SETS), key="prompt_set", on_change=load_prompt_set,
-                 help="n-gram drafts shine on the copy-heavy summarize/rewrite set")
+                 format_func=tokentext.short_label, help="n-gram drafts shine on the copy-heavy summarize/rewrite set")
     st.number_input("Seed", 0, 2**31 - 1, 0, key="seed")
     st.checkbox("Race against regular decoding", value=True, key="race",
                 help="afterwards, run regular decoding on the same prompts: the measured speedup, the exactness "
@@ -126,26 +126,27 @@ if running:
 def headline(trace: dict, regular: dict | None) -> None:
     s = trace.get("summary", {})
     cfg = trace.get("config", {})
-    cols = st.columns(6)
+    # two rows of three: six tiles in one row cut their labels off
+    top, bottom = st.columns(3), st.columns(3)
     fmt = lambda v, f: f.format(v) if v is not None else "—"  # noqa: E731
     alpha = appstate.alpha_from_trace(trace)
-    cols[0].metric("tokens/s", fmt(s.get("tokens_per_s"), "{:.1f}"), help="output tokens of all rows / wall time")
-    cols[1].metric("α (per-position acceptance)", fmt(alpha, "{:.3f}"),
-                   help="accepted draft tokens / draft positions the target checked (see the definitions below)")
-    cols[2].metric("acceptance rate", fmt(s.get("acceptance_rate"), "{:.3f}"),
-                   help="accepted / drafted, counting the drafted tokens thrown away after a rejection")
-    cols[3].metric("mean acceptance length", fmt(s.get("mean_acceptance_length"), "{:.2f}"),
-                   help="output tokens per row-step: accepted + the recovered or bonus token")
     measured = explain.measured_speedup(trace, regular)
-    cols[4].metric("measured speedup", fmt(measured, "{:.2f}x"),
-                   help="tokens/s over regular decoding of the same prompts, run right after (Race)")
     costs = appstate.trace_costs(trace)
     c = appstate.draft_cost_ratio(trace)
     pred = appstate.predicted_speedup(trace, costs, cost_ratio=c if c is not None else 0.05)
-    cols[5].metric("predicted speedup", fmt(pred, "{:.2f}x"),
-                   help=("fitted cost model; each row's own α and length, the batch running to its last row"
-                         if costs is not None else
-                         f"not calibrated yet: batch-1 formula with the measured α and c = {c or 0.05:.3f}"))
+    top[0].metric("tokens/s", fmt(s.get("tokens_per_s"), "{:.1f}"), help="output tokens of all rows / wall time")
+    top[1].metric("measured speedup", fmt(measured, "{:.2f}x"),
+                  help="tokens/s over regular decoding of the same prompts, run right after (Race)")
+    top[2].metric("predicted speedup", fmt(pred, "{:.2f}x"),
+                  help=("fitted cost model; each row's own α and length, the batch running to its last row"
+                        if costs is not None else
+                        f"not calibrated yet: batch-1 formula with the measured α and c = {c or 0.05:.3f}"))
+    bottom[0].metric("α (per-position acceptance)", fmt(alpha, "{:.3f}"),
+                     help="accepted draft tokens / draft positions the target checked (defined below)")
+    bottom[1].metric("acceptance rate", fmt(s.get("acceptance_rate"), "{:.3f}"),
+                     help="accepted / drafted, counting the drafted tokens thrown away after a rejection")
+    bottom[2].metric("mean acceptance length", fmt(s.get("mean_acceptance_length"), "{:.2f}"),
+                     help="output tokens per row-step: accepted + the recovered or bonus token")
     st.markdown(tokentext.ALPHA_DEFINITION + " " + tokentext.ACCEPTANCE_RATE_DEFINITION)
     if cfg.get("mode") == "regular":
         return

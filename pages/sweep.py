@@ -35,7 +35,8 @@ batches = c1.multiselect("batch sizes b", [1, 2, 4, 8, 16, 32, 64], [1, 4], key=
 ks = c2.multiselect("draft lengths k", list(range(1, 17)), [2, 4], key="sweep_k")
 repeats = c2.number_input("repeats per cell (median)", 1, 9, 1, key="sweep_repeats")
 max_new = c3.slider("max new tokens", 4, 128, 16, key="sweep_max_new")
-pset = c3.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="sweep_prompts")
+pset = c3.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="sweep_prompts",
+                    format_func=tokentext.short_label, help=" · ".join(promptsets.PROMPT_SETS))
 b1, b2, _ = st.columns([1, 1, 6])
 go = b1.button("Run sweep", key="sweep_run", type="primary", disabled=running)
 stop = b2.button("Stop", key="sweep_stop", disabled=not running)

@@ -178,9 +178,11 @@ def test_ragged_rows_get_distinct_colours(trace):
     assert len(set(charts.ROW_COLORS)) == len(charts.ROW_COLORS)
 
 
-def test_toolbar_stands_upright_so_it_does_not_cover_the_title(trace):
+def test_titles_sit_below_the_toolbar_band_so_it_does_not_cover_them(trace):
     for fn in TRACE_CHARTS:
-        assert fn(trace).layout.modebar.orientation == "v", fn.__name__
+        layout = fn(trace).layout
+        assert layout.title.yref == "container" and layout.title.pad.t >= 28, fn.__name__
+        assert layout.margin.t >= layout.title.pad.t + 30, fn.__name__  # the title's band fits above the plot
 
 
 def test_phase_totals_chart_shows_every_phase_as_share_of_wall(trace):
@@ -218,3 +220,10 @@ def test_heatmap_hover_and_replay_text_show_special_tokens_as_markers(trace):
     assert charts.visible("Hi.<|im_end|>") == "Hi.⟨end of turn⟩"
     fig = charts.acceptance_heatmap(trace, decode=lambda ids: "x<|im_end|>")
     assert "⟨end of turn⟩" in fig.data[0].text[0][0] and "im_end" not in fig.data[0].text[0][0]
+
+
+def test_drop_down_options_fit_a_narrow_column():
+    from specviz.prompts.sets import PROMPT_SETS
+
+    assert [tokentext.short_label(o) for o in PROMPT_SETS] == ["chat questions", "code completion",
+                                                                "summarize / rewrite"]

@@ -101,10 +101,9 @@ def gap_reason(measured: float | None, predicted: float | None, alpha: float | N
                verify_ratio: float | None, tail: float | None) -> str:
     """One line on why the measured speedup differs from the predicted one, in the model's terms:
     alpha (acceptance), c (draft cost per token / target step), the verify cost of k+1 tokens
-    against one, and the ragged tail."""
+    against one, and the ragged tail. The caller shows the two numbers; this says why."""
     if measured is None or predicted is None:
         return ""
-    diff = measured - predicted
     parts = []
     if alpha is not None and c is not None and alpha <= c:
         parts.append(f"α = {alpha:.2f} is not above c = {c:.2f}, so every drafted token costs more than it saves")
@@ -112,18 +111,15 @@ def gap_reason(measured: float | None, predicted: float | None, alpha: float | N
         parts.append(f"verifying k+1 tokens costs {verify_ratio:.2f}× one regular step, not 1×")
     if tail is not None and tail > 0.1:
         parts.append(f"{100 * tail:.0f}% of row-steps idle in the ragged tail (finished rows wait for the slowest)")
-    if abs(diff) < 0.05 * max(predicted, 1e-9):
-        head = f"measured {measured:.2f}× is within 5% of the predicted {predicted:.2f}×"
-        return head + ("; " + "; ".join(parts) if parts else ": the model's α, c and verify cost account for it")
-    if diff > 0:
-        head = (f"measured {measured:.2f}× beats the predicted {predicted:.2f}× by {diff:+.2f}: regular decoding "
-                "paid more per step than the cost model assumes (run-to-run noise on a shared CPU counts too)")
-        return head
-    head = f"measured {measured:.2f}× is {-diff:.2f} below the predicted {predicted:.2f}×"
+    if abs(measured - predicted) < 0.05 * max(predicted, 1e-9):
+        return "Within 5%: " + ("; ".join(parts) if parts else "the model's α, c and verify cost account for it")
+    if measured > predicted:
+        return ("Better than predicted: regular decoding paid more per step than the cost model assumes "
+                "(and run-to-run noise on a shared CPU counts)" + ("; also " + "; ".join(parts) if parts else ""))
     if not parts:
         parts.append("per-step overhead outside the forwards (Python, sampling, cache bookkeeping) that the "
                      "cost model does not see, or noise on a shared CPU")
-    return head + ": " + "; ".join(parts)
+    return "Below the prediction: " + "; ".join(parts)
 
 
 def verify_ratio(trace: dict, regular: dict | None) -> float | None:
@@ -155,7 +151,7 @@ def batch_gain_reason(target_cost, k: int, b_small: int = 1, b_large: int = 64, 
     k = max(k, 1)
     ratio = {b: target_cost(b, k + 1) / target_cost(b, 1) for b in (b_small, b_large)}
     knee = target_cost.knee_tokens
-    where = "measured on this machine (the calibration)" if calibrated else "illustrative (no calibration yet)"
+    where = "measured on this machine by the calibration" if calibrated else "an illustrative roofline: no calibration yet"
     knee_txt = f"about {knee:.0f} tokens per forward" if knee != float("inf") else "no knee in the measured range"
     return (f"A target forward stays nearly flat in cost until it is compute-bound, at {knee_txt} ({where}); "
             f"below that the weights are read once whatever the batch, so at b = {b_small} verifying k + 1 = {k + 1} "

@@ -70,10 +70,11 @@ def int_ticks(top: float) -> dict:
 
 
 def style(fig: go.Figure, title: str, height: int, **layout) -> go.Figure:
-    """Common layout: the title, room above the plot, and the plotly toolbar upright at the right
-    edge, where it does not cover the title."""
-    fig.update_layout(title={"text": title, "x": 0.0, "xanchor": "left"}, height=height,
-                      margin={"l": 10, "r": 40, "t": 50, "b": 30}, modebar={"orientation": "v"}, **layout)
+    """Common layout: the title in its own band under the plotly toolbar (which sits in the top
+    28 px of the figure, where it used to cover long titles), and room for it above the plot."""
+    fig.update_layout(title={"text": title, "x": 0.0, "xanchor": "left", "y": 1.0, "yref": "container",
+                             "yanchor": "top", "pad": {"t": 30}, "font": {"size": 15}},
+                      height=height, margin={"l": 10, "r": 10, "t": 66, "b": 30}, **layout)
     return fig
 
 

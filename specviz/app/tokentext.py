@@ -32,6 +32,12 @@ ALPHA_FIT_DEFINITION = (f"**{ALPHA} fit** (the sweep's): the {ALPHA} whose expec
                         "acceptance is not the same at every position.")
 
 
+def short_label(option: str) -> str:
+    """A drop-down option without its parenthesised note, so it fits a narrow column (the full
+    names go in the widget's help): "summarize / rewrite (copy-heavy: ...)" -> "summarize / rewrite"."""
+    return option.split(" (")[0]
+
+
 def _piece(t: int, decode: Decode | None) -> str:
     """One output token as HTML: its text, or a grey marker for a special token (<|im_end|>...)."""
     if decode is None:
