@@ -26,6 +26,7 @@ SHARED = [
     (["--prompts", "{d}/missing.txt"], "prompts file not found"),
     (["--prompts", "{d}"], "is a directory"),
     (["--prompts", "/proc/self/mem"], "cannot read prompts file"),  # unreadable even for root
+    (["--prompts", "/dev/null"], "is not a regular file"),
     (["--prompts", "{d}/latin1.txt"], "is not UTF-8 text (byte 0xe9 on line 2)"),
     (["--prompts", "{d}/empty.txt"], "has no prompts"),
     (["--prompts", "{d}/bad.jsonl"], "bad.jsonl:2: invalid JSON"),
@@ -236,3 +237,14 @@ def test_a_readonly_folder_is_refused_for_a_user_who_cannot_write(tmp_path, caps
     ro.chmod(0o555)
     assert main(["run", "--prompt", "hi", "--out", str(ro / "t.json")]) == 2
     assert "cannot write to folder" in capsys.readouterr().err
+
+
+def test_prompts_files_from_other_editors_read_as_written(tmp_path):
+    from specviz.prompts.files import read_prompts
+
+    f = tmp_path / "win.txt"
+    f.write_bytes("\ufefffirst prompt\r\n\r\nsecond \u00e9t\u00e9\r\n".encode("utf-8"))  # BOM, CRLF, accents
+    assert read_prompts(str(f)) == ["first prompt", "second \u00e9t\u00e9"]
+    j = tmp_path / "p.jsonl"
+    j.write_text('{"prompt": "a { brace"}\nplain line\n  {"prompt": "indented"}\n')
+    assert read_prompts(str(j)) == ["a { brace", "plain line", "indented"]

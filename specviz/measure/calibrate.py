@@ -17,6 +17,7 @@ import torch
 
 from specviz.analysis.analytic import CostModel, fit_cost_model
 from specviz.analysis.costs import Calibration, calibration_path, load_calibration  # noqa: F401
+from specviz.common import write_atomic
 from specviz.engine.decoder import _sync
 from specviz.models.loading import encode_prompts
 from specviz.run import decoder_for_ids, load_pair
@@ -105,7 +106,7 @@ def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, pr
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     p = calibration_path(target.name, cal.draft, target.device, target.dtype)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(cal.to_json(), indent=1))
+    write_atomic(p, json.dumps(cal.to_json(), indent=1))  # a Ctrl-C here never leaves half a calibration
     return cal
 
 
