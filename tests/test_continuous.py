@@ -234,3 +234,16 @@ def test_goodput_policy_under_refills_stays_exact_and_sees_the_occupancy(target)
     assert [r.output for r in dec.rows] == ref
     assert seen == [s["batch_size"] for s in steps] and seen[-1] < 3  # the occupancy, step by step
     assert {s["k"] for s in steps} <= set(range(5))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--requests", "0"], "requests must be at least 1 (got 0)"),
+    (["--arrival-rate", "-2"], "arrival rate must be 0 (all queued at the start) or a positive number"),
+    (["--requests", "3", "--batch-size", "8"], "3 requests cannot fill 8 slots"),
+])
+def test_the_cli_refuses_bad_queue_flags_in_one_line_before_loading(argv, message, capsys):
+    from specviz.cli import main
+
+    rc = main(["run", "--prompt", "hi", *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0 and message in err and len(err.splitlines()) == 1 and "Traceback" not in err
