@@ -9,6 +9,7 @@ fraction of a second."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -227,3 +228,13 @@ def test_runs_started_for_a_page_use_the_module_timeout_and_others_never_time_ou
     assert run.heartbeat_timeout == liverun.HEARTBEAT_TIMEOUT_S and run.status == "done"
     assert LiveRun(cfg=config(4), lock=threading.Lock()).heartbeat_timeout is None
 
+
+
+def test_a_bad_model_spec_is_the_loaders_one_line_from_the_worker(runs, monkeypatch):
+    from specviz.run import load_pair
+
+    monkeypatch.setattr(liverun, "load_pair", load_pair)  # the real loader, in the worker process
+    run = LiveRun(cfg=dataclasses.replace(config(4), target="./no/such/model"), lock=threading.Lock()).start()
+    poll_until_done(run)
+    assert run.status == "error" and run.error.startswith("unknown model './no/such/model'"), run.error
+    assert "Traceback" not in run.error and run.trace is None
