@@ -170,8 +170,11 @@ def draft_line(cfg: dict, c: float | None) -> None:
     elif cfg.get("draft_params"):
         tgt = (f" against the target's {cfg['target_layers']} layers and {cfg['target_params'] / 1e6:.0f}M"
                if cfg.get("target_params") else "")
+        own = cfg.get("draft_own_params", cfg["draft_params"])
+        reuse = (f" of its own, plus {(cfg['draft_params'] - own) / 1e6:.0f}M it reuses from the target (the "
+                 "embedding)" if own < cfg["draft_params"] else "")
         st.caption(f"**What is this draft:** {name}: {cfg.get('draft_layers')} layers, "
-                   f"{cfg['draft_params'] / 1e6:.0f}M parameters{tgt} (it shares the target's tokenizer); {cost}.")
+                   f"{own / 1e6:.0f}M parameters{reuse}{tgt}; it shares the target's tokenizer; {cost}.")
     elif name and str(name).startswith("ngram"):
         st.caption("**What is this draft:** prompt lookup (n-grams): no model, it proposes the tokens that followed "
                    f"the row's last few tokens earlier in its own context, so it costs almost nothing; {cost}.")

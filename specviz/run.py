@@ -136,16 +136,20 @@ class RunConfig:
             d.update({f"target_{k}": v for k, v in _model_facts(target).items()})
         if proposer is not None:
             d["draft_name"] = proposer.name
-            d.update({f"draft_{k}": v for k, v in _model_facts(getattr(proposer, "loaded", None)).items()})
+            d.update({f"draft_{k}": v for k, v in _model_facts(getattr(proposer, "loaded", None), target).items()})
         return d
 
 
-def _model_facts(loaded) -> dict:
-    """Layers and parameters of a loaded model, for the page's "what is this draft" line."""
+def _model_facts(loaded, shares_with=None) -> dict:
+    """Layers and parameters of a loaded model, for the page's "what is this draft" line;
+    ``own_params`` leaves out tensors it shares with ``shares_with`` (a distilled draft reuses
+    the target's embedding)."""
     if loaded is None or not hasattr(loaded, "model"):
         return {}
     layers = getattr(getattr(loaded.model, "config", None), "num_hidden_layers", None)
-    return {"layers": layers, "params": loaded.num_params}
+    shared = {p.data_ptr() for p in shares_with.model.parameters()} if shares_with is not None else set()
+    own = sum(p.numel() for p in loaded.model.parameters() if p.data_ptr() not in shared)
+    return {"layers": layers, "params": loaded.num_params, "own_params": own}
 
 
 # The distilled draft shipped for the packaged target (specviz distill on an H200; its README has

@@ -344,7 +344,9 @@ def known_trace(b=2, k=3):
              "output_token_ids": [t for rows in plan for x in rows if x["index"] == i for t in x["emitted"]]}
             for i in range(b)]
     cfg = {"batch_size": b, "draft_length": k, "controller": "fixed", "mode": "speculative", "temperature": 0.0,
-           "target_name": "hand-made", "draft_name": "hand-made draft", "dtype": "float32", "device": "cpu"}
+           "target_name": "hand-made", "draft_name": "hand-made draft", "dtype": "float32", "device": "cpu",
+           "draft_layers": 2, "draft_params": 40_000_000, "draft_own_params": 12_000_000, "target_layers": 30,
+           "target_params": 135_000_000}
     return build_trace(cfg, {}, seqs, steps, [], 0.11, 0.01)
 
 
@@ -423,3 +425,6 @@ def test_live_page_names_where_the_time_went_and_whether_the_output_changed():
     warning = next(w.value for w in at.warning if "identical to regular decoding" in w.value)
     assert "1/2 rows" in warning and "row 1 from token 3" in warning
     assert any("Measured 1.00× vs predicted" in m.value for m in at.markdown)  # same tokens/s in both
+    draft = next(c.value for c in at.caption if "What is this draft" in c.value)
+    assert "2 layers, 12M parameters of its own, plus 28M it reuses from the target" in draft
+    assert "30 layers and 135M" in draft and "cost ratio c = " in draft
