@@ -247,3 +247,11 @@ def test_the_cli_refuses_bad_queue_flags_in_one_line_before_loading(argv, messag
     rc = main(["run", "--prompt", "hi", *argv])
     err = capsys.readouterr().err.strip()
     assert rc != 0 and message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_one_token_prompt_joins_with_nothing_to_prefill(target):
+    prompts = [[5]] + ragged_prompts(3, V, seed=41) + [[9], [11]]
+    ref = reference_greedy(target, prompts, max_new=8)
+    dec, steps = serve(target, prompts, ModelDraft(perturbed_copy(target, 0.3)), 2, 8, slots=2)
+    assert [r.output for r in dec.rows] == ref
+    assert any(set(s["joined"]) & {4, 5} for s in steps)
