@@ -2,6 +2,7 @@
 
     python bench/exactness.py [--dtype float32] [--device cpu] [--max-new-tokens 48]
     python bench/exactness.py --requests 13:3,29:8 --draft-lengths 2,4   # request queues (issue 17)
+    python bench/exactness.py --drafts default --trees 2:6,3:10,4:16      # token trees W:N (issue 16)
 
 Prints one line per (draft, batch size, k): exact rows, mean partial match (fraction of tokens
 equal up to the first divergence), and every divergence with the reference's top-1 minus top-2
@@ -17,6 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from specviz.measure.correctness import check_exactness, greedy_outputs  # noqa: E402
 from specviz.engine.proposers import ModelDraft  # noqa: E402
+from specviz.engine.treestep import TreeShape  # noqa: E402
 from specviz.run import encode_prompts, get_model, make_proposer  # noqa: E402
 
 PROMPTS = [
@@ -42,7 +44,10 @@ def main() -> int:
     ap.add_argument("--drafts", default="ngram,default-bf16", help="comma-separated draft SPECs (default-bf16: the target's bf16 copy)")
     ap.add_argument("--requests", metavar="N:SLOTS,...",
                     help="instead of --batch-sizes: N requests (prompts cycled) through SLOTS refilled rows each")
+    ap.add_argument("--trees", default="", metavar="W:N,...",
+                    help="token trees (model drafts): width W and nodes N per row, each run at every k; 1:1 = chains")
     a = ap.parse_args()
+    trees = [tuple(map(int, t.split(":"))) for t in a.trees.split(",")] if a.trees else [(1, 1)]
     target = get_model("default", a.device, a.dtype)
     ids = encode_prompts(target.tokenizer, PROMPTS)
     t0 = time.perf_counter()
@@ -55,19 +60,20 @@ def main() -> int:
         queues = ([tuple(map(int, q.split(":"))) for q in a.requests.split(",")] if a.requests
                   else [(None, b) for b in map(int, a.batch_sizes.split(","))])
         for n, b in queues:
-            for k in map(int, a.draft_lengths.split(",")):
+            for k, (w, nodes) in ((k, t) for k in map(int, a.draft_lengths.split(",")) for t in trees):
+                tree = TreeShape(w, nodes) if w > 1 else None
                 if name == "default-bf16":
                     draft = ModelDraft(get_model("default", a.device, "bfloat16"), vocab_size=target.model.config.vocab_size)
                 else:  # any draft SPEC: ngram[:N], a model, a distilled draft directory
                     draft = make_proposer(name, target)
-                checks = check_exactness(target, draft, ids, b, k, a.max_new_tokens, refs, requests=n)
+                checks = check_exactness(target, draft, ids, b, k, a.max_new_tokens, refs, requests=n, tree=tree)
                 n_exact = sum(c.exact for c in checks)
                 partial = sum(c.matched_prefix / max(c.reference_len, 1) for c in checks) / len(checks)
                 div = [f"row {c.index} @{c.first_divergence} margin {c.margin:.2e}" for c in checks if not c.exact]
                 bad += sum(1 for c in checks if not c.exact and c.margin >= NEAR_TIE)
                 total += len(checks)
                 exact += n_exact
-                print(f"{name:<13} B={b:<2}{f' N={n:<3}' if n else ''} k={k:<2} exact {n_exact}/{len(checks)}  partial {partial:.3f}  "
+                print(f"{name:<13} B={b:<2}{f' N={n:<3}' if n else ''} k={k:<2}{f' W={w} nodes={nodes}' if tree else ''} exact {n_exact}/{len(checks)}  partial {partial:.3f}  "
                       + ("; ".join(div) if div else ""), flush=True)
     print(f"total: {exact}/{total} rows exact; divergences not at a near-tie (margin >= {NEAR_TIE}): {bad}; "
           f"{time.perf_counter() - t0:.0f} s")

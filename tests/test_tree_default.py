@@ -1,0 +1,49 @@
+"""The packaged pair with token trees (issue 16): greedy fp32, ragged prompts, B 1/3/8 and several
+(k, W, N): every row equals plain greedy at B = 1; a divergence only at a reported near-tie.
+bench/exactness.py --trees runs more configurations and longer outputs."""
+
+import pytest
+
+from specviz.engine.treestep import TreeShape
+from specviz.measure.correctness import check_exactness, greedy_outputs
+from specviz.run import encode_prompts, get_model, make_proposer
+
+PROMPTS = [
+    "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
+    "What is the capital of France?",
+    "List the first ten even numbers, separated by commas.",
+    "Write a Python function that returns the square of a number.",
+    "Name three synonyms for the word happy, please.",
+    "Summarize: Cats sleep a lot. Cats sleep up to sixteen hours a day. Sleeping cats save energy by resting.",
+    "Translate to French: Good morning, how are you today?",
+    "Write a haiku about autumn leaves.",
+]
+MAX_NEW = 8
+NEAR_TIE = 1e-3
+pytestmark = pytest.mark.slow  # the real model in fp32
+
+
+@pytest.fixture(scope="module")
+def target():
+    return get_model("default", "cpu", "float32")
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(target):
+    ids = encode_prompts(target.tokenizer, PROMPTS)
+    assert len({len(p) for p in ids}) == len(ids)  # ragged
+    return ids
+
+
+@pytest.fixture(scope="module")
+def references(target, prompt_ids):
+    return [greedy_outputs(target, None, [p], 0, MAX_NEW)[0] for p in prompt_ids]
+
+
+@pytest.mark.parametrize("B,k,W,N", [(1, 3, 2, 6), (3, 4, 3, 10), (8, 2, 4, 8)])
+def test_tree_rows_equal_batch_one_greedy_on_the_packaged_pair(target, prompt_ids, references, B, k, W, N):
+    checks = check_exactness(target, make_proposer("default", target), prompt_ids, B, k, MAX_NEW, references,
+                             tree=TreeShape(W, N))
+    assert len(checks) == B
+    for c in checks:  # a divergence is only acceptable at a near-tie of the reference's logits
+        assert c.exact or c.margin < NEAR_TIE, f"row {c.index} diverges at {c.first_divergence}, margin {c.margin}"
