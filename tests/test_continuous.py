@@ -169,8 +169,8 @@ def test_request_metrics_in_the_trace(target):
 def test_version_one_traces_still_load():
     v1 = '{"version": 1, "config": {}, "sequences": [], "steps": [], "summary": {}}'
     assert load_json(v1)["version"] == 1
-    with pytest.raises(ValueError, match="unsupported trace version 3"):
-        load_json(v1.replace('"version": 1', '"version": 3'))
+    with pytest.raises(ValueError, match="unsupported trace version 4"):
+        load_json(v1.replace('"version": 1', '"version": 4'))
 
 
 @pytest.mark.parametrize("kw,message", [

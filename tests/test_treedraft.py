@@ -76,3 +76,28 @@ def test_tree_decoding_equals_batch_one_greedy(pair, monkeypatch, lean, B, k, W,
     assert accepted > 0  # the trees were used, not only the bonus tokens
     ranks = [r["tree"]["rank"][i] for s in steps for r in s["rows"] if r.get("tree") for i in r["tree"]["path"]]
     assert max(ranks) > 0  # some accepted node was not the draft's top guess: the tree's second guesses paid
+
+
+def test_each_tree_row_step_records_its_tree_and_accepted_path_in_a_version_3_trace(pair, tmp_path):
+    from specviz.analysis.trace import TRACE_VERSION, build_trace, load_json, save_json, to_tables
+
+    target, draft_model = pair
+    prompts = ragged_prompts(3, V, seed=8)
+    dec = decoder_for_ids(target, ModelDraft(draft_model), prompts, 3, 10, tree=TreeShape(3, 7))
+    steps = list(dec.steps())
+    for s in steps:
+        for r in s["rows"]:
+            t = r["tree"]
+            n = len(t["token"])
+            assert r["drafted"] == n == len(t["parent"]) == len(t["prob"]) == len(t["rank"]) <= 7
+            assert all(0 < p <= 1 for p in t["prob"]) and all(0 <= k < 3 for k in t["rank"])
+            path = t["path"]
+            assert [t["parent"][i] for i in path] == ([-1] + path[:-1])[: len(path)]  # one root-to-node chain
+            assert [t["token"][i] for i in path] == r["emitted"][: len(path)]  # the accepted tokens
+            assert r["accepted"] == len(path)
+    seqs = [{"index": r.index, "output_token_ids": r.output, "prompt_token_ids": r.prompt_ids} for r in dec.rows]
+    trace = build_trace({"tree_width": 3, "tree_nodes": 7}, {}, seqs, steps, [], 1.0, 0.1)
+    save_json(trace, tmp_path / "t.json")
+    back = load_json(tmp_path / "t.json")
+    assert back["version"] == TRACE_VERSION == 3 and back["steps"][0]["rows"][0]["tree"] == steps[0]["rows"][0]["tree"]
+    assert len(to_tables(back)["rows"]) == sum(len(s["rows"]) for s in steps)

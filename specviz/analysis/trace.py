@@ -15,8 +15,14 @@ from pathlib import Path
 # server metrics (throughput, latency percentiles, goodput). With a queue (more requests than
 # slots, or arrivals over time) a step's "rows" lists only the rows that stepped. Every version-1
 # field keeps its meaning, and version-1 traces still load.
-TRACE_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# Version 3 (issue 16, token trees): in a run with --tree-width > 1 each row-step carries "tree":
+# per draft node its "token", "parent" (row-local node index, -1 = the row's last token), "depth",
+# "prob" (the draft's probability of the node given its parent) and "rank" (sibling rank, 0 = the
+# draft's top guess), and "path": the accepted nodes, root to leaf; "drafted" counts the nodes and
+# "draft_tokens" lists them in node order. The config has tree_width and tree_nodes. Chain runs
+# read as in version 2.
+TRACE_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 PHASES = ("draft", "verify", "accept", "bookkeeping")
 
 
@@ -189,7 +195,7 @@ def to_tables(trace: dict) -> dict:
         "prompt_tokens": len(s["prompt_token_ids"]), "output_tokens": len(s["output_token_ids"])}
         for s in trace["sequences"]])
     steps = pd.DataFrame([{k: v for k, v in s.items() if k != "rows"} for s in trace["steps"]])
-    rows = pd.DataFrame([{"step": s["step"], "k": s["k"], **{k: v for k, v in r.items() if not isinstance(v, list)},
+    rows = pd.DataFrame([{"step": s["step"], "k": s["k"], **{k: v for k, v in r.items() if not isinstance(v, (list, dict))},
                           "emitted_ids": " ".join(map(str, r["emitted"])),
                           "draft_ids": " ".join(map(str, r.get("draft_tokens", [])))}
                          for s in trace["steps"] for r in s["rows"]])
