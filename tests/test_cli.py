@@ -113,9 +113,10 @@ def test_bench_at_batch_one_runs_the_transformers_peer(capsys):
 
 @pytest.mark.parametrize("controller", ["analytic", "bass-capped"])
 def test_cost_aware_controllers_warn_without_a_calibration(controller, monkeypatch, tmp_path):
-    import specviz.measure.calibrate
+    import specviz.analysis.costs
 
-    monkeypatch.setattr(specviz.measure.calibrate, "load_calibration", lambda target, proposer: None)
+    # run.make_decoder reads the pair's calibration through analysis.costs: none, whatever the cache holds
+    monkeypatch.setattr(specviz.analysis.costs, "load_calibration", lambda target, proposer: None)
     out = tmp_path / "t.json"
     with pytest.warns(UserWarning, match="no calibration .* batch-1 formula"):
         code = main(["run", "--prompt", "Count: 1 2 3 1 2 3", "--draft", "ngram", "--controller", controller,
