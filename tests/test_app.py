@@ -258,6 +258,7 @@ def test_sweep_page_runs_the_cli_sweep_in_a_job_and_shows_its_numbers():
     at.multiselect(key="sweep_b").set_value([1])
     at.multiselect(key="sweep_k").set_value([2])
     at.slider(key="sweep_max_new").set_value(4)
+    at.selectbox(key="sweep_prompts").set_value("chat questions")  # short prompts: the copy-heavy ones take ~1 min
     at.button(key="sweep_run").click().run()
     assert not at.exception and not errors(at)
     job = wait_job(at, "sweep_job")
