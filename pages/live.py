@@ -162,24 +162,9 @@ def headline(trace: dict, regular: dict | None) -> None:
 
 def draft_line(cfg: dict, c: float | None) -> None:
     """What this draft is: its layers and parameters against the target's, and its measured cost."""
-    name = cfg.get("draft_name") or cfg.get("draft")
-    cost = f"measured cost ratio c = {c:.3f} (one draft token costs {100 * c:.1f}% of a target verify step)" if c else ""
-    if cfg.get("draft_params") and cfg.get("draft_params") == cfg.get("target_params"):
-        st.caption(f"**What is this draft:** the target's own weights ({cfg['draft_layers']} layers, "
-                   f"{cfg['draft_params'] / 1e6:.0f}M parameters) run in a cheaper dtype; {cost}.")
-    elif cfg.get("draft_params"):
-        tgt = (f" against the target's {cfg['target_layers']} layers and {cfg['target_params'] / 1e6:.0f}M"
-               if cfg.get("target_params") else "")
-        own = cfg.get("draft_own_params", cfg["draft_params"])
-        reuse = (f" of its own, plus {(cfg['draft_params'] - own) / 1e6:.0f}M it reuses from the target (the "
-                 "embedding)" if own < cfg["draft_params"] else "")
-        st.caption(f"**What is this draft:** {name}: {cfg.get('draft_layers')} layers, "
-                   f"{own / 1e6:.0f}M parameters{reuse}{tgt}; it shares the target's tokenizer; {cost}.")
-    elif name and str(name).startswith("ngram"):
-        st.caption("**What is this draft:** prompt lookup (n-grams): no model, it proposes the tokens that followed "
-                   f"the row's last few tokens earlier in its own context, so it costs almost nothing; {cost}.")
-    elif name:
-        st.caption(f"**What is this draft:** {name}; {cost}.")
+    line = tokentext.draft_text(cfg, c)
+    if line:
+        st.caption(line)
 
 
 def exactness_line(trace: dict, regular: dict | None) -> None:
@@ -201,14 +186,7 @@ def exactness_line(trace: dict, regular: dict | None) -> None:
         cache.clear()
         cache[key] = explain.exactness(rows)
     ex = cache[key]
-    line = f"**Output identical to regular decoding: {ex['identical']}/{ex['rows']} rows.**"
-    if ex["diverged"]:
-        dtype = trace.get("config", {}).get("dtype", "")
-        where = "; ".join(f"row {d['row']} from token {d['position']}"
-                          + (f" (regular top-1 − top-2 logit margin {d['margin']:.3g})" if d["margin"] is not None else "")
-                          for d in ex["diverged"])
-        line += (f" Diverged: {where}. A tiny margin is a near-tie that a (k+1)-token verify rounds differently in "
-                 f"{dtype or 'this dtype'}, not a bookkeeping bug; the Correctness page checks exactness in fp32.")
+    line = tokentext.exactness_text(ex, trace.get("config", {}).get("dtype", ""))
     (st.success if not ex["diverged"] else st.warning)(line)
 
 

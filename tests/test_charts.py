@@ -227,3 +227,19 @@ def test_drop_down_options_fit_a_narrow_column():
 
     assert [tokentext.short_label(o) for o in PROMPT_SETS] == ["chat questions", "code completion",
                                                                 "summarize / rewrite"]
+
+
+def test_exactness_text_names_each_divergence_with_its_margin():
+    text = tokentext.exactness_text({"identical": 2, "rows": 4, "diverged": [{"row": 0, "position": 47, "margin": 0.125},
+                                                                            {"row": 3, "position": 13, "margin": None}]},
+                                    "bfloat16")
+    assert text.startswith("**Output identical to regular decoding: 2/4 rows.**")
+    assert "row 0 from token 47 (regular top-1 − top-2 logit margin 0.125); row 3 from token 13." in text
+    assert "bfloat16" in text
+
+
+def test_draft_text_for_an_ngram_and_for_the_targets_own_weights():
+    assert "prompt lookup" in tokentext.draft_text({"draft_name": "ngram"}, 0.01)
+    same = tokentext.draft_text({"draft_name": "x", "draft_layers": 30, "draft_params": 135e6,
+                                 "target_params": 135e6}, 0.5)
+    assert "the target's own weights (30 layers, 135M parameters)" in same

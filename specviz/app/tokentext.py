@@ -107,3 +107,38 @@ def step_html(d: dict, decode: Decode | None = None) -> str:
         verdict = "with nothing to check, the target decoded one token itself: the <b>bonus</b> token."
     return (f'<div style="line-height:2.2"><b>drafted (k = {d["k"]}):</b> {drafted}<br>'
             f'<b>output ({len(d["output"])} tokens):</b> {out}<br><span>{verdict}</span></div>')
+
+
+def draft_text(cfg: dict, c: float | None) -> str:
+    """"What is this draft", from a trace's config: layers and parameters against the target's
+    (its own apart from the target embedding it reuses) and the measured cost ratio c."""
+    name = cfg.get("draft_name") or cfg.get("draft")
+    cost = f"measured cost ratio c = {c:.3f} (one draft token costs {100 * c:.1f}% of a target verify step)" if c else ""
+    if cfg.get("draft_params") and cfg.get("draft_params") == cfg.get("target_params"):
+        return (f"**What is this draft:** the target's own weights ({cfg['draft_layers']} layers, "
+                f"{cfg['draft_params'] / 1e6:.0f}M parameters) run in a cheaper dtype; {cost}.")
+    if cfg.get("draft_params"):
+        tgt = (f" against the target's {cfg['target_layers']} layers and {cfg['target_params'] / 1e6:.0f}M"
+               if cfg.get("target_params") else "")
+        own = cfg.get("draft_own_params", cfg["draft_params"])
+        reuse = (f" of its own, plus {(cfg['draft_params'] - own) / 1e6:.0f}M it reuses from the target (the "
+                 "embedding)" if own < cfg["draft_params"] else "")
+        return (f"**What is this draft:** {name}: {cfg.get('draft_layers')} layers, "
+                f"{own / 1e6:.0f}M parameters{reuse}{tgt}; it shares the target's tokenizer; {cost}.")
+    if name and str(name).startswith("ngram"):
+        return ("**What is this draft:** prompt lookup (n-grams): no model, it proposes the tokens that followed "
+                f"the row's last few tokens earlier in its own context, so it costs almost nothing; {cost}.")
+    return f"**What is this draft:** {name}; {cost}." if name else ""
+
+
+def exactness_text(ex: dict, dtype: str = "") -> str:
+    """The exactness line from analysis.explain.exactness: n/N rows identical, and for the others
+    where they diverged and the regular run's logit margin there."""
+    line = f"**Output identical to regular decoding: {ex['identical']}/{ex['rows']} rows.**"
+    if ex["diverged"]:
+        where = "; ".join(f"row {d['row']} from token {d['position']}"
+                          + (f" (regular top-1 − top-2 logit margin {d['margin']:.3g})" if d["margin"] is not None else "")
+                          for d in ex["diverged"])
+        line += (f" Diverged: {where}. A tiny margin is a near-tie that a (k+1)-token verify rounds differently in "
+                 f"{dtype or 'this dtype'}, not a bookkeeping bug; the Correctness page checks exactness in fp32.")
+    return line
