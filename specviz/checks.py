@@ -331,11 +331,11 @@ def check_run_args(cmd: str, a) -> None:
     draft_dir = check_draft(a.draft, "--draft")
     if getattr(a, "peer_draft", None):
         check_draft(a.peer_draft, "--peer-draft")
+    if getattr(a, "tree_width", 1) > 1 and a.draft == "none":
+        raise SpecvizError(f"--tree-width {a.tree_width} needs a draft that grows trees: a model draft or ngram")
     if cmd == "sweep" and a.draft == "none":
         raise SpecvizError("a sweep compares speculative with regular decoding: give a --draft other than none")
     check_controller(a)
-    if getattr(a, "tree_width", 1) > 1 and (a.draft == "none" or a.draft.startswith("ngram")):
-        raise SpecvizError(f"--tree-width {a.tree_width} needs a model draft; --draft {a.draft} drafts chains only")
     prompts = prompts_of(a)
     if cmd != "calibrate" and not prompts:
         raise SpecvizError("no prompts given: pass --prompt TEXT or --prompts FILE")

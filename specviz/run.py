@@ -248,8 +248,8 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     tree = None
     if cfg.tree_width > 1 and proposer is not None:
         if not hasattr(proposer, "propose_tree") or getattr(proposer, "wants_features", False):
-            raise SpecvizError(f"--tree-width {cfg.tree_width} needs a token model draft (the default or a model "
-                               f"SPEC); {proposer.name} drafts chains only: use --tree-width 1")
+            raise SpecvizError(f"--tree-width {cfg.tree_width} needs a draft that grows trees (a token model draft "
+                               f"or ngram); {proposer.name} drafts chains only: use --tree-width 1")
         from specviz.engine.treestep import TreeShape
 
         tree = TreeShape(cfg.tree_width, cfg.tree_nodes)

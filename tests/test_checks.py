@@ -55,7 +55,7 @@ SHARED = [
     (["--draft-confidence", "1.5"], "draft confidence must be in [0, 1)"),
     (["--tree-width", "0"], "tree width must be at least 1 (got 0)"),
     (["--tree-nodes", "0"], "tree nodes must be at least 1 (got 0)"),
-    (["--draft", "ngram", "--tree-width", "2"], "--tree-width 2 needs a model draft"),
+    (["--draft", "none", "--tree-width", "2"], "--tree-width 2 needs a draft that grows trees"),
 ]
 # calibrate replaces the prompts with its own and checks its own context, so these skip it
 PROMPTED = [

@@ -40,10 +40,11 @@ def references(target, prompt_ids):
     return [greedy_outputs(target, None, [p], 0, MAX_NEW)[0] for p in prompt_ids]
 
 
-@pytest.mark.parametrize("B,k,W,N", [(1, 3, 2, 6), (3, 4, 3, 10), (8, 2, 4, 8)])
-def test_tree_rows_equal_batch_one_greedy_on_the_packaged_pair(target, prompt_ids, references, B, k, W, N):
-    checks = check_exactness(target, make_proposer("default", target), prompt_ids, B, k, MAX_NEW, references,
-                             tree=TreeShape(W, N))
+@pytest.mark.parametrize("draft,B,k,W,N", [("default", 1, 3, 2, 6), ("default", 3, 4, 3, 10), ("default", 8, 2, 4, 8),
+                                           ("ngram", 8, 4, 3, 10)])
+def test_tree_rows_equal_batch_one_greedy_on_the_packaged_pair(target, prompt_ids, references, draft, B, k, W, N):
+    proposer = make_proposer(draft, target)
+    checks = check_exactness(target, proposer, prompt_ids, B, k, MAX_NEW, references, tree=TreeShape(W, N))
     assert len(checks) == B
     for c in checks:  # a divergence is only acceptable at a near-tie of the reference's logits
         assert c.exact or c.margin < NEAR_TIE, f"row {c.index} diverges at {c.first_divergence}, margin {c.margin}"

@@ -101,3 +101,28 @@ def test_each_tree_row_step_records_its_tree_and_accepted_path_in_a_version_3_tr
     back = load_json(tmp_path / "t.json")
     assert back["version"] == TRACE_VERSION == 3 and back["steps"][0]["rows"][0]["tree"] == steps[0]["rows"][0]["tree"]
     assert len(to_tables(back)["rows"]) == sum(len(s["rows"]) for s in steps)
+
+
+def test_an_ngram_tree_merges_several_matches_into_a_trie():
+    from specviz.engine.treedraft import ngram_tree
+
+    ctx = [1, 2, 3, 1, 2, 4, 5, 1, 2]  # "1 2" was followed by 4 (latest) and by 3; "2" likewise
+    tree = ngram_tree([ctx], 3, 2, 8, 3)
+    row = tree.row(0)
+    assert list(zip(row["token"], row["parent"])) == [(4, -1), (5, 0), (1, 1), (3, -1), (1, 3), (2, 4)]
+    assert row["rank"] == [0, 0, 0, 1, 0, 0]
+    assert ngram_tree([ctx], 3, 1, 8, 3).row(0)["token"] == [4, 5, 1]  # width 1: the chain's lookup
+    assert ngram_tree([[7, 8, 9]], 3, 2, 8, 3).sizes() == [0]  # no match: nothing drafted
+
+
+@pytest.mark.parametrize("B,k,W,N", [(3, 3, 2, 6), (8, 4, 3, 10)])
+def test_ngram_tree_decoding_equals_batch_one_greedy(pair, B, k, W, N):
+    from specviz.engine.proposers import NgramDraft
+
+    target, _ = pair
+    prompts = [p * 3 for p in ragged_prompts(B, V, seed=B)]  # repeats, so lookups find matches
+    ref = reference_greedy(target, prompts, max_new=10)
+    dec = decoder_for_ids(target, NgramDraft(), prompts, k, 10, tree=TreeShape(W, N))
+    steps = list(dec.steps())
+    assert [r.output for r in dec.rows] == ref
+    assert sum(r["drafted"] for s in steps for r in s["rows"]) > 0

@@ -281,3 +281,10 @@ class NgramDraft:
 
     def add_rows(self, contexts) -> None:
         pass
+
+    def propose_tree(self, contexts, k: int, width: int, nodes: int, params: SamplingParams):
+        """Several matches merged into a tree (treedraft.ngram_tree)."""
+        return treedraft.ngram_tree(contexts, k, width, nodes, self.max_ngram, self.device)
+
+    def commit_tree(self, paths, emitted) -> None:
+        pass

@@ -119,3 +119,49 @@ def commit_tree(draft, paths: list[list[int]], emitted: list[list[int]]) -> None
         pending.append(e[f:])  # the accepted nodes the draft never fed, then the final token
     draft.pending = pending
     draft._grown = None
+
+
+# ---- n-gram trees ------------------------------------------------------------------------------
+
+def ngram_tree(contexts: list[list[int]], k: int, W: int, N: int, max_ngram: int, device="cpu",
+               max_matches: int = 16) -> TokenTree:
+    """Prompt lookup from several matches: the continuations after earlier occurrences of the row's
+    last n tokens (n = max_ngram..1, latest match first, up to ``max_matches``) merged into a trie of
+    depth <= k, at most W children per node and N nodes. Siblings are in match order (longer n
+    first), deterministic given the context, as the tree rule asks."""
+    rows, ranks = [], []
+    for ctx in contexts:
+        nodes: list[tuple[int, int]] = []
+        rank: list[int] = []
+        child: dict[tuple[int, int], int] = {}  # (parent, token) -> node
+        n_kids: dict[int, int] = {}
+        for cont in _continuations(ctx, k, max_ngram, max_matches):
+            parent = -1
+            for t in cont:
+                if (parent, t) in child:
+                    parent = child[(parent, t)]
+                    continue
+                if len(nodes) >= N or n_kids.get(parent, 0) >= W:
+                    break
+                child[(parent, t)] = len(nodes)
+                rank.append(n_kids.get(parent, 0))
+                n_kids[parent] = n_kids.get(parent, 0) + 1
+                nodes.append((t, parent))
+                parent = len(nodes) - 1
+            if len(nodes) >= N:
+                break
+        rows.append(nodes)
+        ranks.append(rank)
+    return TokenTree.from_rows(rows, device, rank=ranks)
+
+
+def _continuations(ctx: list[int], k: int, max_ngram: int, max_matches: int):
+    L, found = len(ctx), 0
+    for n in range(min(max_ngram, L - 1), 0, -1):
+        tail = ctx[L - n:]
+        for s in range(L - n - 1, -1, -1):  # latest match first, excluding the tail itself
+            if ctx[s:s + n] == tail and s + n < L:
+                yield ctx[s + n:s + n + k]
+                found += 1
+                if found >= max_matches:
+                    return
