@@ -27,6 +27,7 @@ SHARED = [
     (["--prompts", "{d}"], "is a directory"),
     (["--prompts", "/proc/self/mem"], "cannot read prompts file"),  # unreadable even for root
     (["--prompts", "/dev/null"], "is not a regular file"),
+    (["--prompts", "{d}/huge.txt"], "is 65 MiB: more than the 64 MiB a prompts file may hold"),
     (["--prompts", "{d}/latin1.txt"], "is not UTF-8 text (byte 0xe9 on line 2)"),
     (["--prompts", "{d}/empty.txt"], "has no prompts"),
     (["--prompts", "{d}/bad.jsonl"], "bad.jsonl:2: invalid JSON"),
@@ -174,6 +175,8 @@ def bad_files(tmp_path_factory):
     (d / "bad.jsonl").write_text('{"prompt": "fine"}\n{"prompt": "cut off\n')
     (d / "nokey.jsonl").write_text('{"text": "hello"}\n')
     (d / "number.jsonl").write_text('{"prompt": 5}\n')
+    with open(d / "huge.txt", "wb") as f:  # sparse: no disk, and refused before it is read
+        f.truncate(65 * 2**20)
     return d
 
 
