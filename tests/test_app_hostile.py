@@ -160,3 +160,21 @@ def test_a_thousand_prompts_with_control_characters_run():
     trace = at.session_state[appstate.TRACE_KEY]
     assert [s["prompt"] for s in trace["sequences"]] == odd  # batch 4: the first four prompts
     assert all(len(s["output_token_ids"]) >= 1 for s in trace["sequences"])
+
+
+# ---- model SPECs ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec,message", [
+    ("../../../../etc", "is not a model"),  # path traversal to a folder that is not a model
+    ("../../../../etc/passwd", "is not a model"),
+    ("HuggingFaceTB/SmolLM2-135M-Instruct@no-such-revision", "could not load model"),
+])
+def test_a_hostile_model_spec_is_one_message_and_the_app_keeps_working(spec, message, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the revision is not in the local cache: no network wait
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["target"] = spec
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("target not loaded" in e.value and message in e.value for e in at.error), [e.value for e in at.error]
+    at.switch_page("pages/speedup.py").run()
+    assert not at.exception and at.title
