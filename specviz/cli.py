@@ -122,9 +122,25 @@ def print_summary(trace: dict, out=None) -> None:
         print(f"{k:<{w}}  {v}", file=out)
 
 
+def _save_trace(trace: dict, path: str) -> str:
+    """Write the trace to ``path``; if that fails now (the folder went away mid-run, a full disk),
+    keep it in the temp folder instead, so the run is not lost. Returns where it went, said in one phrase."""
+    import tempfile
+
+    from specviz.analysis.trace import save_json
+
+    try:
+        save_json(trace, path)  # atomic: a second signal here leaves the old file or the whole new one
+        return path
+    except OSError as e:
+        fd, alt = tempfile.mkstemp(prefix="specviz-trace-", suffix=".json")
+        os.close(fd)
+        save_json(trace, alt)
+        return f"{alt} (--out {path} could not be written: {e.strerror or e})"
+
+
 def cmd_run(a) -> int:
     from specviz.run import load_pair
-    from specviz.analysis.trace import save_json
 
     from specviz.interrupts import Stop
 
@@ -139,15 +155,14 @@ def cmd_run(a) -> int:
         print_summary(trace)
         for i, s in enumerate(trace["sequences"][: a.show]):
             print(f"\n[{s['index']}] ({s['finish_reason']}) {s['text']!r}")
-        if a.out:
-            save_json(trace, a.out)  # atomic: a second signal here leaves the old file or the whole new one
+        saved = _save_trace(trace, a.out) if a.out else None
     if stop.signal:
-        where = f"the trace so far is in {a.out}" if a.out else "no --out was given, so nothing was written"
+        where = f"the trace so far is in {saved}" if a.out else "no --out was given, so nothing was written"
         print(f"specviz: interrupted ({stop.signal}) after {trace['summary']['steps']} steps, unfinished rows marked "
               f"stopped: {where}", file=sys.stderr)
         return stop.exit_code
     if a.out:
-        print(f"\ntrace written to {a.out}", file=sys.stderr)
+        print(f"\ntrace written to {saved}", file=sys.stderr)
     return 0
 
 

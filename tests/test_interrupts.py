@@ -121,3 +121,28 @@ def test_ctrl_c_in_a_bench_round_prints_the_finished_rounds(monkeypatch, capsys)
     assert err.strip().splitlines()[-1] == ("specviz: interrupted (SIGINT) in round 2 of 3: the 1 finished round(s) are "
                                             "printed above, the unfinished one dropped")
     assert "(1 finished round(s))" in out and "speculative" in out and "regular" in out
+
+
+def test_an_out_folder_gone_mid_run_keeps_the_trace_in_the_temp_folder(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    import specviz.checks
+    from specviz.cli import main
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    real_check = specviz.checks.check_args
+
+    def check_then_remove(cmd, a):  # the folder passes the check, then goes away before the trace is saved
+        real_check(cmd, a)
+        shutil.rmtree(gone)
+
+    monkeypatch.setattr(specviz.checks, "check_args", check_then_remove)
+    code = main(["run", "--prompt", "Count: 1 2 3", "--draft", "ngram", "--max-new-tokens", "3", "--dtype", "float32",
+                 "--device", "cpu", "--out", str(gone / "t.json")])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 0
+    m = re.fullmatch(r"trace written to (\S+) \(--out (\S+) could not be written: No such file or directory\)", last)
+    assert m and m.group(2) == str(gone / "t.json"), last
+    assert len(load_json(m.group(1))["sequences"]) == 1
+    os.unlink(m.group(1))
