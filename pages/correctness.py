@@ -65,6 +65,8 @@ if st.button("Check exactness", key="corr_run", type="primary", disabled=job is 
 
 def exactness_view() -> None:
     job = st.session_state.get(JOB_KEY)
+    if job is not None:
+        job.beat()
     if job is not None and job.running:
         st.info(f"{'queued: another run holds the model' if job.status == 'queued' else job.note}")
         return

@@ -88,6 +88,7 @@ def cell_line(c: dict) -> str:
 def show() -> None:
     job = st.session_state.get(JOB_KEY)
     if job is not None:
+        job.beat()
         cells = list(job.items)
         st.session_state["sweep_results"] = cells
         if job.running:
@@ -96,7 +97,8 @@ def show() -> None:
         elif job.status == "error":
             st.error(job.error)
         elif job.status == "stopped":
-            st.info(f"stopped after {len(cells)} cells")
+            why = " (no page polled it for 90 s: tab closed)" if job.abandoned else ""
+            st.info(f"stopped after {len(cells)} cells{why}")
         if not job.running and not getattr(job, "_shown_final", False):
             job._shown_final = True
             if st.session_state.get("_sweep_fragment"):

@@ -52,3 +52,22 @@ def test_a_user_mistake_is_one_line_and_a_bug_keeps_its_traceback_aside():
     assert (a.status, a.error, a.details) == ("error", "choose a draft", None)
     assert b.status == "error" and b.error == "KeyError: 'x'" and "KeyError" in b.details
     assert lock.acquire(timeout=1)
+
+
+def test_a_job_no_page_polls_stops_at_its_next_check():
+    """A closed tab must not keep the model lock for a whole sweep."""
+    started = threading.Event()
+
+    def fn(job):
+        started.set()
+        while not job.stopped:
+            threading.Event().wait(0.01)
+        return "stopped early"
+
+    job = Job(fn, threading.Lock(), heartbeat_timeout=0.2).start()
+    assert started.wait(5)
+    job.join(10)
+    assert job.status == "stopped" and job.abandoned and job.result == "stopped early"
+    polled = Job(lambda j: j.stopped, threading.Lock(), heartbeat_timeout=60).start()
+    polled.join(10)
+    assert polled.status == "done" and polled.result is False and not polled.abandoned

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 import traceback
 from typing import Callable
 
 from specviz.common import SpecvizError
 
 RUNNING = ("queued", "running")
+HEARTBEAT_TIMEOUT_S = 90.0  # as a Live run: a job no page has polled for this long stops (tab closed)
 
 
 @dataclasses.dataclass
@@ -29,6 +31,9 @@ class Job:
     result: object = None
     error: str | None = None
     details: str | None = None  # a short traceback for unexpected errors
+    heartbeat_timeout: float | None = HEARTBEAT_TIMEOUT_S  # None: never abandoned
+    abandoned: bool = False  # stopped because no page polled it
+    last_beat: float = dataclasses.field(default_factory=time.monotonic)
     _stop: bool = False
     _thread: threading.Thread | None = None
 
@@ -40,8 +45,17 @@ class Job:
     def stop(self) -> None:
         self._stop = True
 
+    def beat(self) -> None:
+        """A page is still polling this job."""
+        self.last_beat = time.monotonic()
+
     @property
     def stopped(self) -> bool:
+        """Stop pressed, or no page polled for heartbeat_timeout s (so the model lock goes to the next session)."""
+        if (not self._stop and self.heartbeat_timeout is not None
+                and time.monotonic() - self.last_beat > self.heartbeat_timeout):
+            self.abandoned = True
+            self._stop = True
         return self._stop
 
     @property
@@ -62,7 +76,7 @@ class Job:
         acquired = False
         try:
             while not self.lock.acquire(timeout=0.2):
-                if self._stop:
+                if self.stopped:
                     self.status = "stopped"
                     return
             acquired = True
