@@ -126,3 +126,20 @@ def test_ngram_tree_decoding_equals_batch_one_greedy(pair, B, k, W, N):
     steps = list(dec.steps())
     assert [r.output for r in dec.rows] == ref
     assert sum(r["drafted"] for s in steps for r in s["rows"]) > 0
+
+
+def test_sampled_tree_decoding_is_reproducible_from_the_seed_and_takes_second_guesses(pair):
+    target, draft_model = pair
+    prompts = ragged_prompts(3, V, seed=12)
+
+    def sample(seed):
+        dec = decoder_for_ids(target, ModelDraft(draft_model), prompts, 3, 12, SamplingParams(1.0), seed,
+                              tree=TreeShape(3, 8))
+        steps = list(dec.steps())
+        return [r.output for r in dec.rows], steps
+
+    a, steps = sample(0)
+    assert a == sample(0)[0] and a != sample(1)[0]
+    assert all(len(o) == 12 and all(0 <= t < V for t in o) for o in a)
+    ranks = [r["tree"]["rank"][i] for s in steps for r in s["rows"] if r.get("tree") for i in r["tree"]["path"]]
+    assert ranks and max(ranks) > 0  # under sampling too, a sibling past the draft's top guess was accepted
