@@ -143,3 +143,17 @@ def test_sampled_tree_decoding_is_reproducible_from_the_seed_and_takes_second_gu
     assert all(len(o) == 12 and all(0 <= t < V for t in o) for o in a)
     ranks = [r["tree"]["rank"][i] for s in steps for r in s["rows"] if r.get("tree") for i in r["tree"]["path"]]
     assert ranks and max(ranks) > 0  # under sampling too, a sibling past the draft's top guess was accepted
+
+
+def test_the_tree_formula_predicts_the_measured_output_tokens_per_step(pair):
+    from specviz.analysis.treestats import acceptance_by_depth_rank, expected_tree_tokens, rates
+
+    target, draft_model = pair
+    dec = decoder_for_ids(target, ModelDraft(draft_model), ragged_prompts(8, V, seed=1), 3, 40, tree=TreeShape(3, 8))
+    steps = list(dec.steps())
+    a = rates(acceptance_by_depth_rank(steps))
+    assert a[(1, 1)] > 0  # second guesses at depth 1 were accepted sometimes
+    rs = [r for s in steps for r in s["rows"] if r.get("tree")]
+    predicted = sum(expected_tree_tokens(r["tree"]["parent"], r["tree"]["depth"], r["tree"]["rank"], a) for r in rs)
+    measured = sum(1 + r["accepted"] for r in rs)  # before the max-tokens cut
+    assert predicted / len(rs) == pytest.approx(measured / len(rs), rel=0.05)  # measured: 2.466 vs 2.489
