@@ -63,7 +63,7 @@ def test_after_tree_steps_the_draft_cache_equals_a_fresh_prefill_of_the_context(
 
 
 @pytest.mark.parametrize("lean", ["1", "0"])
-@pytest.mark.parametrize("B,k,W,N", [(1, 3, 2, 6), (3, 4, 3, 10), (8, 2, 4, 5)])
+@pytest.mark.parametrize("B,k,W,N", [(1, 3, 2, 6), (3, 4, 3, 10), (8, 2, 4, 5), (3, 5, 4, 20)])  # 21 slots: SDPA
 def test_tree_decoding_equals_batch_one_greedy(pair, monkeypatch, lean, B, k, W, N):
     monkeypatch.setenv("SPECVIZ_LEAN_FORWARD", lean)
     target, draft_model = pair
