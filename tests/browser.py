@@ -167,6 +167,8 @@ RUN_DISABLED_JS = f"""(() => {{ const b = {RUN_BUTTON_JS}; return !!b && b.disab
 DONE_JS = f"""(() => {{ const b = {RUN_BUTTON_JS};
   return !!b && !b.disabled && [...document.querySelectorAll('[data-testid="stDownloadButton"]')]
                                   .some(e => e.innerText.includes('Trace (JSON)')); }})()"""
+ENDED_IN_ERROR_JS = f"""(() => {{ const b = {RUN_BUTTON_JS};
+  return !!b && !b.disabled && document.querySelectorAll('[data-testid="stAlertContentError"]').length > 0; }})()"""
 PAGE_TEXT_JS = "document.querySelector('[data-testid=\"stMain\"]')?.innerText ?? document.body.innerText"
 METRICS_JS = """Object.fromEntries([...document.querySelectorAll('[data-testid="stMetric"]')].map(m => [
   m.querySelector('[data-testid="stMetricLabel"]')?.innerText.trim(),
@@ -188,7 +190,11 @@ def press_run_and_wait(tools: DevTools, load_timeout: float = 120, run_timeout: 
         wait_for(lambda: tools.js(RUN_DISABLED_JS), 30, "the run to start", interval=0.05)
     except AssertionError:
         pass  # a run shorter than one poll: it may already have ended
-    wait_for(lambda: no_exception(tools) or tools.js(DONE_JS), run_timeout, "the run to finish (download buttons)")
+    wait_for(lambda: no_exception(tools) or tools.js(DONE_JS) or tools.js(ENDED_IN_ERROR_JS), run_timeout,
+             "the run to finish (download buttons)")
+    shown = tools.js(ERRORS_JS)
+    if not tools.js(DONE_JS) and shown:
+        raise AssertionError(f"the run ended in an error: {shown}")
 
 
 def open_live(tools: DevTools, url: str) -> None:

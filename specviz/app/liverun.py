@@ -145,8 +145,15 @@ class LiveRun:
                 self._stop_if_abandoned()
             try:
                 self.status = "loading"
+                try:
+                    w.send("run", self._job)
+                except OSError:  # the worker ended while idle: start a new one, once
+                    workers.forget(w)
+                    w.use.release()
+                    w = workers.shared()
+                    w.use.acquire()
+                    w.send("run", self._job)
                 self._worker = w
-                w.send("run", self._job)
                 if self._stop:
                     w.send("stop", self.id)
                 self._receive(w)
@@ -154,8 +161,11 @@ class LiveRun:
                 self._worker = None
                 w.use.release()
         except BaseException as e:  # shown in the page; the app keeps working
-            if isinstance(e, workers.WorkerDied) and w is not None:
+            if isinstance(e, (workers.WorkerDied, OSError)) and w is not None:
                 workers.forget(w)
+                if not isinstance(e, workers.WorkerDied):
+                    e = workers.WorkerDied(f"the decode worker process is gone ({type(e).__name__}: {e}); "
+                                           "the next run starts a new one")
             if isinstance(e, pickle.PicklingError) or "pickle" in str(e).lower():
                 e = RuntimeError(f"the run could not be sent to the decode worker: {e}")
             self._fail(error_message(e, self.cfg) if not isinstance(e, workers.WorkerDied) else str(e))

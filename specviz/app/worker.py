@@ -120,8 +120,14 @@ def child_main(address: str) -> None:
     from multiprocessing.connection import Listener
 
     authkey = bytes.fromhex(sys.stdin.readline().strip())
-    with Listener(address, family="AF_UNIX", authkey=authkey) as listener:
+    listener = Listener(address, family="AF_UNIX", authkey=authkey)
+    try:
         conn = listener.accept()
+    finally:
+        try:
+            listener.close()  # unlinks the socket, which the connected parent may have removed already
+        except OSError:
+            pass
     _serve(conn)
 
 
