@@ -238,3 +238,15 @@ def test_a_bad_model_spec_is_the_loaders_one_line_from_the_worker(runs, monkeypa
     poll_until_done(run)
     assert run.status == "error" and run.error.startswith("unknown model './no/such/model'"), run.error
     assert "Traceback" not in run.error and run.trace is None
+
+
+def test_a_run_sent_while_an_orphaned_job_decodes_stops_that_job_and_runs(runs):
+    w = worker.shared()
+    orphan = worker.Job(10**9, config(2000), False, workerfakes.tiny_pair, workerfakes.slow_iter_run)
+    with w.use:
+        w.send("run", orphan)  # a parent that gave up on its job: nobody reads its messages
+    time.sleep(0.5)
+    run = runs(6, threading.Lock())
+    poll_until_done(run, timeout=60)
+    assert run.status == "done", (run.status, run.error)
+    assert all(len(s["output_token_ids"]) == 6 for s in run.trace["sequences"])

@@ -99,9 +99,10 @@ def _serve(conn) -> None:
 
     torch.set_num_threads(worker_threads())
     sent_tokenizers: set = set()
+    pending: list = []  # messages a job read while it ran (a newer run: its parent gave up on it)
     while True:
         try:
-            msg = conn.recv()
+            msg = pending.pop(0) if pending else conn.recv()
         except (EOFError, OSError):
             return
         if msg[0] == "quit":
@@ -110,7 +111,7 @@ def _serve(conn) -> None:
             sys.path.extend(p for p in msg[1] if p not in sys.path)
         if msg[0] == "run":
             try:
-                _Job(conn, msg[1], sent_tokenizers).work()
+                _Job(conn, msg[1], sent_tokenizers, pending).work()
             except (EOFError, BrokenPipeError, OSError):
                 return  # the server went away
 
@@ -132,8 +133,8 @@ def child_main(address: str) -> None:
 
 
 class _Job:
-    def __init__(self, conn, job: Job, sent_tokenizers: set):
-        self.conn, self.job, self.sent_tokenizers = conn, job, sent_tokenizers
+    def __init__(self, conn, job: Job, sent_tokenizers: set, pending: list):
+        self.conn, self.job, self.sent_tokenizers, self.pending = conn, job, sent_tokenizers, pending
         self.stopped = False
         self.notes: list[str] = []
 
@@ -144,6 +145,9 @@ class _Job:
         while self.conn.poll():
             msg = self.conn.recv()  # EOFError when the server went away: the caller returns
             if msg[0] == "stop" and msg[1] == self.job.id:
+                self.stopped = True
+            elif msg[0] in ("run", "quit"):  # only sent while no job of the parent's runs: this one is orphaned
+                self.pending.append(msg)
                 self.stopped = True
         return self.stopped
 
