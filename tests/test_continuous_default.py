@@ -4,8 +4,10 @@ request's output equals its plain greedy output at B = 1, with the default draft
 import pytest
 
 from specviz.engine.proposers import NgramDraft
-from specviz.measure.correctness import check_exactness, greedy_outputs
-from specviz.run import encode_prompts, get_model, make_proposer
+from specviz.measure.correctness import check_exactness
+from specviz.run import make_proposer
+
+from exact_default import prompt_ids, references, target  # noqa: E402,F401  (shared fixtures)
 
 PROMPTS = [
     "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
@@ -18,23 +20,6 @@ PROMPTS = [
 ]
 MAX_NEW = 6  # a few steps per request: joins still land while other rows are mid-output
 pytestmark = pytest.mark.slow  # the real model in fp32: ~5 min CPU for the module (bench/exactness.py --requests for more)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return get_model("default", "cpu", "float32")
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(target):
-    ids = encode_prompts(target.tokenizer, PROMPTS)
-    assert len({len(p) for p in ids}) == len(ids)  # ragged
-    return ids
-
-
-@pytest.fixture(scope="module")
-def references(target, prompt_ids):
-    return [greedy_outputs(target, None, [p], 0, MAX_NEW)[0] for p in prompt_ids]
 
 
 @pytest.mark.parametrize("requests,slots,k", [(13, 3, 3), (29, 8, 2)])

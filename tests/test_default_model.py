@@ -4,11 +4,13 @@ import time
 
 import pytest
 
-from specviz.measure.correctness import check_exactness, greedy_outputs
+from specviz.measure.correctness import check_exactness
 from specviz.engine.proposers import ModelDraft, NgramDraft
 from specviz.common import SpecvizError
 from specviz.models.loading import check_tokenizers_agree
 from specviz.run import encode_prompts, get_model
+
+from exact_default import prompt_ids, references, target  # noqa: E402,F401  (shared fixtures)
 
 PROMPTS = [
     "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
@@ -17,23 +19,6 @@ PROMPTS = [
     "Write a Python function that returns the square of a number.",
 ]
 MAX_NEW = 24
-
-
-@pytest.fixture(scope="module")
-def target():
-    return get_model("default", "cpu", "float32")
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(target):
-    ids = encode_prompts(target.tokenizer, PROMPTS)
-    assert len({len(p) for p in ids}) == len(ids)  # ragged
-    return ids
-
-
-@pytest.fixture(scope="module")
-def references(target, prompt_ids):
-    return [greedy_outputs(target, None, [p], 0, MAX_NEW)[0] for p in prompt_ids]
 
 
 def test_default_loads_fast_after_conversion():

@@ -5,8 +5,10 @@ bench/exactness.py --trees runs more configurations and longer outputs."""
 import pytest
 
 from specviz.engine.treestep import TreeShape
-from specviz.measure.correctness import check_exactness, greedy_outputs
-from specviz.run import encode_prompts, get_model, make_proposer
+from specviz.measure.correctness import check_exactness
+from specviz.run import make_proposer
+
+from exact_default import prompt_ids, references, target  # noqa: E402,F401  (shared fixtures)
 
 PROMPTS = [
     "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
@@ -21,23 +23,6 @@ PROMPTS = [
 MAX_NEW = 8
 NEAR_TIE = 1e-3
 pytestmark = pytest.mark.slow  # the real model in fp32
-
-
-@pytest.fixture(scope="module")
-def target():
-    return get_model("default", "cpu", "float32")
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(target):
-    ids = encode_prompts(target.tokenizer, PROMPTS)
-    assert len({len(p) for p in ids}) == len(ids)  # ragged
-    return ids
-
-
-@pytest.fixture(scope="module")
-def references(target, prompt_ids):
-    return [greedy_outputs(target, None, [p], 0, MAX_NEW)[0] for p in prompt_ids]
 
 
 @pytest.mark.parametrize("draft,B,k,W,N", [("default", 1, 3, 2, 6), ("default", 3, 4, 3, 10), ("default", 8, 2, 4, 8),

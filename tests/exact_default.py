@@ -1,0 +1,29 @@
+"""Fixtures for greedy-exactness tests on the packaged model in fp32, shared by the modules that
+check it (static batches, refilled batches, token trees). A module using them defines PROMPTS
+(ragged: every prompt encodes to a different length) and MAX_NEW, and imports the three fixtures
+from here."""
+
+from __future__ import annotations
+
+import pytest
+
+from specviz.measure.correctness import greedy_outputs
+from specviz.models.loading import encode_prompts, get_model
+
+
+@pytest.fixture(scope="module")
+def target():
+    return get_model("default", "cpu", "float32")
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(target, request):
+    ids = encode_prompts(target.tokenizer, request.module.PROMPTS)
+    assert len({len(p) for p in ids}) == len(ids)  # ragged
+    return ids
+
+
+@pytest.fixture(scope="module")
+def references(target, prompt_ids, request):
+    """Plain greedy at batch size 1, one prompt at a time: what every speculative row must equal."""
+    return [greedy_outputs(target, None, [p], 0, request.module.MAX_NEW)[0] for p in prompt_ids]
