@@ -11,6 +11,19 @@ from specviz.measure.correctness import greedy_outputs
 from specviz.models.loading import encode_prompts, get_model
 
 
+# Ragged chat prompts (each encodes to a different length) for the queue and tree checks.
+RAGGED_PROMPTS = [
+    "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
+    "What is the capital of France?",
+    "List the first ten even numbers, separated by commas.",
+    "Write a Python function that returns the square of a number.",
+    "Name three synonyms for the word happy, please.",
+    "Summarize: Cats sleep a lot. Cats sleep up to sixteen hours a day. Sleeping cats save energy by resting.",
+    "Translate to French: Good morning, how are you today?",
+    "Write a haiku about autumn leaves.",
+]
+
+
 @pytest.fixture(scope="module")
 def target():
     return get_model("default", "cpu", "float32")

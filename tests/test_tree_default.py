@@ -8,18 +8,9 @@ from specviz.engine.treestep import TreeShape
 from specviz.measure.correctness import check_exactness
 from specviz.run import make_proposer
 
-from exact_default import prompt_ids, references, target  # noqa: E402,F401  (shared fixtures)
+from exact_default import RAGGED_PROMPTS, prompt_ids, references, target  # noqa: E402,F401  (shared fixtures)
 
-PROMPTS = [
-    "Repeat exactly: the quick brown fox jumps over the lazy dog, the quick brown fox jumps over the lazy dog.",
-    "What is the capital of France?",
-    "List the first ten even numbers, separated by commas.",
-    "Write a Python function that returns the square of a number.",
-    "Name three synonyms for the word happy, please.",
-    "Summarize: Cats sleep a lot. Cats sleep up to sixteen hours a day. Sleeping cats save energy by resting.",
-    "Translate to French: Good morning, how are you today?",
-    "Write a haiku about autumn leaves.",
-]
+PROMPTS = RAGGED_PROMPTS
 MAX_NEW = 8
 NEAR_TIE = 1e-3
 pytestmark = pytest.mark.slow  # the real model in fp32

@@ -10,7 +10,7 @@ from specviz.engine.treestep import TreeShape
 from specviz.engine.tree import TokenTree
 from specviz.run import decoder_for_ids
 
-from fakes import ragged_prompts, reference_greedy, tiny_llama
+from fakes import ScriptedDraft, ragged_prompts, reference_greedy, tiny_llama
 
 V = 64
 
@@ -20,20 +20,17 @@ def target():
     return tiny_llama(V)
 
 
-class ScriptedTree:
+class ScriptedTree(ScriptedDraft):
     """Per row a chain of depth k along the reference's continuation, each true node with a wrong
     sibling: "first" (the true token is the top child), "second" (a wrong sibling comes first),
-    "none" (only wrong tokens), "wide" (the true path plus a wrong subtree under the root)."""
+    "none" (only wrong tokens), "wide" (the true path plus a wrong subtree under the root).
+    Row bookkeeping (joins, leaves) is ScriptedDraft's."""
 
     kind = name = "scripted-tree"
 
     def __init__(self, prompts, reference, behaviour):
-        self.rows = list(range(len(prompts)))
-        self.prompts, self.reference, self.behaviour = prompts, reference, behaviour
+        super().__init__(prompts, reference, behaviour, V)
         self.commits = []
-
-    def start(self, contexts):
-        pass
 
     def propose_tree(self, contexts, k, width, nodes, params):
         rows = []
@@ -59,15 +56,6 @@ class ScriptedTree:
 
     def commit_tree(self, paths, emitted):
         self.commits.append(paths)
-
-    def commit(self, num_accepted, emitted):
-        pass
-
-    def select_rows(self, rows):
-        self.rows = [self.rows[i] for i in rows.tolist()]
-
-    def add_rows(self, contexts):
-        self.rows = self.rows + [next(i for i, p in enumerate(self.prompts) if list(p) == list(c)) for c in contexts]
 
 
 def run(target, prompts, draft, k, nodes=16, max_new=12, eos=None, **kw):
