@@ -20,7 +20,7 @@ import pickle
 import threading
 import time
 
-from specviz.analysis.trace import summarize
+from specviz.analysis.trace import build_trace
 from specviz.app import worker as workers
 from specviz.app.worker import error_message, free_device_memory, oom_message  # noqa: F401
 from specviz.run import RunConfig, iter_run, load_pair
@@ -226,9 +226,8 @@ class LiveRun:
         seqs = [{"index": i, "prompt": p, "prompt_token_ids": ids, "output_token_ids": list(out), "text": None,
                  "finish_reason": reason} for i, p, ids, out, reason in list(self._rows)]
         wall = max(self._elapsed_s, self._prefill_s)  # the engine's clock starts before the prefill
-        return {"version": 1, "config": self.cfg.to_trace_config(), "hardware": {}, "sequences": seqs,
-                "steps": steps, "telemetry": list(self._telemetry),
-                "summary": summarize(steps, seqs, wall, self._prefill_s), "partial": True}
+        trace = build_trace(self.cfg.to_trace_config(), {}, seqs, steps, list(self._telemetry), wall, self._prefill_s)
+        return {**trace, "partial": True}
 
 
 def start_run(cfg: RunConfig, lock: threading.Lock, race: bool = False,
