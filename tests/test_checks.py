@@ -12,12 +12,15 @@ from specviz.cli import build_parser, main
 
 RUN_COMMANDS = ("run", "bench", "calibrate", "sweep")
 LONG_PROMPT = "word " * 9000  # ~9,000 tokens: past SmolLM2's 8192
+# A "../../.." path that climbs from wherever the checkout sits to /etc, a folder that is not a model
+# (a fixed "../../etc" only reaches /etc from a checkout two levels deep).
+TRAVERSAL_TO_ETC = os.path.relpath("/etc")
 
 # Cases for the flags every run-like subcommand shares: (args, what the line says). "{d}" is a
 # folder of bad files (made below). Each runs under run, bench, calibrate and sweep.
 SHARED = [
     (["--target", "/definitely/missing/dir"], "unknown model"),
-    (["--target", "../../etc"], "is not a model"),
+    (["--target", TRAVERSAL_TO_ETC], "is not a model"),
     (["--target", "{d}/notes.txt"], "is not a model"),
     (["--target", "{d}/missing.gguf"], "model file not found"),
     (["--draft", "/definitely/missing/model.gguf"], "model file not found"),
