@@ -20,6 +20,7 @@ LAYERS = [
     {"specviz.engine"},  # with kernels/: the engine's hot step, reached through kernels.get_accept_fn
     {"specviz.run"},
     {"specviz.measure"},
+    {"specviz.peers"},  # talking to other servers (vLLM): process control, /metrics parsing
     {"specviz.distill"},
     {"specviz.checks", "specviz.interrupts"},  # the CLI's input checks and signal handling, under it
     {"specviz.app", "specviz.cli"},

@@ -1,0 +1,1 @@
+"""Peers: other inference servers (vLLM) that specviz starts, attaches to and measures against."""
