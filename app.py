@@ -14,6 +14,7 @@ pages = [
     st.Page("pages/sweep.py", title="Sweep", icon=":material/grid_on:"),
     st.Page("pages/correctness.py", title="Correctness", icon=":material/rule:"),
     st.Page("pages/hardware.py", title="Hardware", icon=":material/memory:"),
+    st.Page("pages/server.py", title="Server", icon=":material/dns:"),
 ]
 page = st.navigation(pages)
 
@@ -37,23 +38,27 @@ with st.sidebar:
 
     v = appstate.sidebar_values(st.session_state)
     draft = appstate.draft_spec(st.session_state)
-    try:
-        with st.spinner(f"loading {v['target']}…"):
-            target = appstate.cached_model(v["target"], v["device"], v["dtype"])
-        dtype = str(target.dtype).removeprefix("torch.")
-        st.caption(f"target: **{target.name}** — {target.num_params / 1e6:.0f}M params, {dtype} on {target.device}")
-        if st.session_state.get("draft_kind") == "model" and not draft:
-            st.warning("enter a draft model SPEC")
-        elif draft not in ("none", "ngram", "default"):
-            with st.spinner(f"loading draft {draft}…"):
-                problem = appstate.pair_problem(v["target"], draft, v["device"], v["dtype"])
-            if problem:
-                st.error(problem)
-            else:
-                st.caption(f"draft: **{draft}**")
-    except SpecvizError as e:
-        st.error(f"target not loaded: {e}")
-    except Exception as e:  # a broken model file, a missing package...: the app keeps working
-        st.error(f"target not loaded: {type(e).__name__}: {e}")
+    # The Server page reads a vLLM server's counters: it needs no model, so none loads for it.
+    if page.title == "Server":
+        st.caption("the Server page loads no model: it reads a vLLM server's /metrics")
+    else:
+        try:
+            with st.spinner(f"loading {v['target']}…"):
+                target = appstate.cached_model(v["target"], v["device"], v["dtype"])
+            dtype = str(target.dtype).removeprefix("torch.")
+            st.caption(f"target: **{target.name}** — {target.num_params / 1e6:.0f}M params, {dtype} on {target.device}")
+            if st.session_state.get("draft_kind") == "model" and not draft:
+                st.warning("enter a draft model SPEC")
+            elif draft not in ("none", "ngram", "default"):
+                with st.spinner(f"loading draft {draft}…"):
+                    problem = appstate.pair_problem(v["target"], draft, v["device"], v["dtype"])
+                if problem:
+                    st.error(problem)
+                else:
+                    st.caption(f"draft: **{draft}**")
+        except SpecvizError as e:
+            st.error(f"target not loaded: {e}")
+        except Exception as e:  # a broken model file, a missing package...: the app keeps working
+            st.error(f"target not loaded: {type(e).__name__}: {e}")
 
 page.run()

@@ -1,0 +1,125 @@
+"""Server: attach to any vLLM server (local or a cluster's) and watch its speculative decoding from
+its /metrics, once a second, with the analytic model's prediction beside it. No model loads here."""
+
+import streamlit as st
+
+from specviz.app import servercharts, servermon, state as appstate
+from specviz.common import SpecvizError
+from specviz.peers import metrics
+from specviz.peers.metrics import PER_POSITION
+
+appstate.init_state()
+st.title("Server")
+appstate.run_banner()
+for key, value in {"server_url": servermon.DEFAULT_URL, "server_poll": True, "server_window": 5,
+                   "server_costs": "entered", "server_step_ms": 20.0, "server_c": 0.05, "server_knee": 64,
+                   "server_overhead_ms": 0.0}.items():
+    st.session_state.setdefault(key, value)
+
+st.markdown("Reads a **vLLM** server's Prometheus `/metrics` every second — the one `python -m specviz vllm serve` "
+            "starts, or any deployment you can reach — and plots what its speculative decoding does. "
+            "Nothing is decoded here and no model is loaded.")
+c1, c2, c3 = st.columns([3, 1, 1])
+c1.text_input("vLLM server address", key="server_url", help="e.g. http://127.0.0.1:8000 or http://gpu-node:8000; "
+              "/metrics is added when missing")
+c2.slider("window (s)", 1, 30, key="server_window", help="each point is what happened over this many seconds")
+c3.toggle("poll every second", key="server_poll")
+
+with st.expander("Costs for the model's prediction", expanded=False):
+    files = servermon.calibration_files()
+    st.radio("costs", ["entered"] + list(files), key="server_costs", horizontal=True,
+             help="a calibration from `python -m specviz calibrate`, or a roofline from the numbers below")
+    e1, e2, e3, e4 = st.columns(4)
+    e1.number_input("target step at b=1 (ms)", 0.01, 1e5, key="server_step_ms")
+    e2.number_input("draft cost ratio c", 0.0, 10.0, step=0.01, key="server_c", help="≈ 0 for n-gram drafts")
+    e3.number_input("knee N* (tokens per forward)", 1, 100_000, key="server_knee")
+    e4.number_input("overhead per step (ms)", 0.0, 1e5, key="server_overhead_ms")
+
+
+def costs_at():
+    choice = st.session_state["server_costs"]
+    if choice != "entered" and choice in servermon.calibration_files():
+        return servermon.calibrated_costs(servermon.calibration_files()[choice])
+    costs = servermon.entered_costs(st.session_state["server_step_ms"] / 1e3, st.session_state["server_c"],
+                                    st.session_state["server_knee"], st.session_state["server_overhead_ms"] / 1e3)
+    return lambda b: costs
+
+
+def fmt(x, spec=".3f"):
+    return "—" if x is None else format(x, spec)
+
+
+@st.fragment(run_every=1.0 if st.session_state["server_poll"] else None)
+def watch_panel():
+    try:
+        url = metrics.metrics_url(st.session_state["server_url"])
+    except SpecvizError as e:
+        st.error(str(e))
+        return
+    watch = servermon.watch_for(st.session_state, url)
+    servermon.poll(watch)
+    if watch.error:
+        st.error(watch.error)
+    if watch.restarted:
+        st.warning("the server's counters went down: it restarted, so the history starts again")
+    if not watch.scrapes:
+        return
+    last = watch.scrapes[-1]
+    st.caption(f"{url} · vLLM {watch.version or '(version not reported)'} · model "
+               f"{', '.join(last.models) or '(unnamed)'} · {len(watch.scrapes)} scrapes")
+    total = servermon.since_attached(watch.scrapes)
+    if total is None:
+        st.info("attached: the first numbers come with the next scrape, a second from now")
+        return
+    for note in total.notes():
+        st.info(note)
+    rows = servermon.series(watch.scrapes, st.session_state["server_window"])
+    try:
+        pred = servermon.prediction(total, costs_at(), servermon.observed_batch_sizes(watch.scrapes))
+    except SpecvizError as e:
+        st.error(str(e))
+        pred = None
+
+    m = st.columns(6)
+    m[0].metric("acceptance rate", fmt(total.acceptance_rate))
+    m[1].metric("mean acceptance length", fmt(total.mean_acceptance_length, ".2f"),
+                help="output tokens per draft: 1 + accepted / drafts")
+    m[2].metric("α (per position)", fmt(total.alpha))
+    m[3].metric("output tokens/s", fmt(rows[-1]["throughput"], ".1f"))
+    m[4].metric("running", fmt(last.gauges.get("running"), ".0f"))
+    m[5].metric("waiting", fmt(last.gauges.get("waiting"), ".0f"))
+
+    left, right = st.columns(2)
+    if total.has_spec:
+        left.plotly_chart(servercharts.per_position_over_time(rows), key="server_per_position")
+        left.plotly_chart(servercharts.over_time(rows, {"acceptance rate": "acceptance_rate", "α": "alpha"},
+                                                 "Acceptance over time", {"title": "fraction", "range": [0, 1.02]},
+                                                 {"model α": pred["alpha"]} if pred else None), key="server_acceptance")
+        left.plotly_chart(servercharts.over_time(rows, {"measured": "mean_acceptance_length"},
+                                                 "Mean acceptance length over time", "output tokens per draft",
+                                                 {"model E(α, k)": pred["expected_length"]} if pred else None),
+                          key="server_length")
+    right.plotly_chart(servercharts.over_time(rows, {"output tokens/s": "throughput"}, "Throughput", "tokens / s"),
+                       key="server_throughput")
+    right.plotly_chart(servercharts.over_time(rows, {"running": "running", "waiting": "waiting"}, "Requests",
+                                              "requests"), key="server_requests")
+
+    st.subheader("The analytic model at the observed α")
+    if pred is None:
+        st.info("no prediction: nothing drafted yet since attached" if total.has_spec else
+                "no prediction without speculative decoding")
+        return
+    p1, p2 = st.columns([1, 1])
+    p1.markdown(f"α = **{pred['alpha']:.3f}**, k = **{pred['k']}**: the model expects "
+                f"E(α, k) = **{pred['expected_length']:.2f}** output tokens per draft; the server measured "
+                f"**{fmt(total.mean_acceptance_length, '.2f')}**. The suggested k*(b) for the batch sizes the "
+                "server ran (its running requests), with the costs chosen above:")
+    p1.dataframe(pred["rows"], hide_index=True, key="server_k_table")
+    if total.acceptance_per_position is not None:
+        p2.plotly_chart(servercharts.per_position_vs_model(total.acceptance_per_position, pred["per_position"]),
+                        key="server_position_model")
+    else:
+        p2.caption(f"no {PER_POSITION} on this server: per-position acceptance not shown")
+
+
+watch_panel()
