@@ -36,6 +36,8 @@ NEAR_TIE = 1e-3
 
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="default",
+                    help="target SPEC (bench/gpu_check.sh passes a random-weight model when the real one is absent)")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-new-tokens", type=int, default=48)
@@ -48,11 +50,11 @@ def main() -> int:
                     help="token trees (model drafts): width W and nodes N per row, each run at every k; 1:1 = chains")
     a = ap.parse_args()
     trees = [tuple(map(int, t.split(":"))) for t in a.trees.split(",")] if a.trees else [(1, 1)]
-    target = get_model("default", a.device, a.dtype)
+    target = get_model(a.target, a.device, a.dtype)
     ids = encode_prompts(target.tokenizer, PROMPTS)
     t0 = time.perf_counter()
     refs = [greedy_outputs(target, None, [p], 0, a.max_new_tokens)[0] for p in ids]
-    print(f"target default ({a.dtype}, {a.device}); {len(PROMPTS)} ragged prompts "
+    print(f"target {a.target} ({a.dtype}, {a.device}); {len(PROMPTS)} ragged prompts "
           f"({min(map(len, ids))}-{max(map(len, ids))} tokens); max_new_tokens {a.max_new_tokens}")
     bad = 0
     total = exact = 0
@@ -63,7 +65,7 @@ def main() -> int:
             for k, (w, nodes) in ((k, t) for k in map(int, a.draft_lengths.split(",")) for t in trees):
                 tree = TreeShape(w, nodes) if w > 1 else None
                 if name == "default-bf16":
-                    draft = ModelDraft(get_model("default", a.device, "bfloat16"), vocab_size=target.model.config.vocab_size)
+                    draft = ModelDraft(get_model(a.target, a.device, "bfloat16"), vocab_size=target.model.config.vocab_size)
                 else:  # any draft SPEC: ngram[:N], a model, a distilled draft directory
                     draft = make_proposer(name, target)
                 checks = check_exactness(target, draft, ids, b, k, a.max_new_tokens, refs, requests=n, tree=tree)
