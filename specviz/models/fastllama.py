@@ -22,7 +22,8 @@ This forward computes the same function with fewer, larger ops:
     rollback, compaction and row selection are unchanged.
 
 It applies to ``LlamaForCausalLM`` without projection biases, silu MLP and single-rank weights
-(``supports``); anything else runs through transformers. ``SPECVIZ_LEAN_FORWARD=0`` turns it off.
+(``supports``), on one device; anything else (a model spread by --device-map auto too) runs through
+transformers. ``SPECVIZ_LEAN_FORWARD=0`` turns it off.
 Outputs match transformers' forward to float rounding (tests/test_fastllama.py).
 """
 
@@ -49,6 +50,8 @@ def supports(model: torch.nn.Module) -> bool:
         return False
     if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "pretraining_tp", 1) != 1:
         return False
+    if len({str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()}) > 1:
+        return False  # spread by accelerate (--device-map auto): its hooks move weights and activations
     inner = getattr(model, "model", None)
     return inner is not None and hasattr(inner, "rotary_emb") and hasattr(inner, "layers")
 

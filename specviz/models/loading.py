@@ -31,8 +31,9 @@ class LoadedModel:
     name: str  # human-readable (path or hub id)
     model: torch.nn.Module
     tokenizer: object
-    device: torch.device
+    device: torch.device  # where inputs go (with a device map: the first GPU, else cpu)
     dtype: torch.dtype
+    device_map: dict | None = None  # module -> device/"cpu"/"disk" when loaded with --device-map auto
 
     @property
     def num_params(self) -> int:
@@ -144,25 +145,93 @@ def _source(spec: str) -> tuple[str, dict]:
     return name, ({"revision": revision} if revision else {})
 
 
-def load_model(spec: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load a causal LM and its tokenizer from a SPEC. Raises SpecvizError with a clear message."""
+# ---- device maps: a target larger than one GPU -----------------------------------------------
+
+DEVICE_MAPS = ("none", "auto")
+
+
+def main_device(device_map: dict) -> torch.device:
+    """Where a dispatched model takes its inputs: the first GPU it uses (accelerate runs layers
+    offloaded to cpu or disk there too), else the CPU."""
+    gpus = [d for d in device_map.values() if isinstance(d, int) or str(d).startswith("cuda")]
+    if not gpus:
+        return torch.device("cpu")
+    first = gpus[0]
+    return torch.device(f"cuda:{first}" if isinstance(first, int) else first)
+
+
+def is_split(device_map: dict | None) -> bool:
+    """True when the weights sit on more than one device (or partly in cpu/disk offload)."""
+    return bool(device_map) and len({str(d) for d in device_map.values()}) > 1
+
+
+def placement(device_map: dict | None) -> str:
+    """One line: how many decoder layers each device holds ("cuda:0 14 layers, cuda:1 16 layers")."""
+    if not device_map:
+        return ""
+    counts: dict[str, int] = {}
+    for module, d in device_map.items():
+        name = f"cuda:{d}" if isinstance(d, int) else str(d)
+        counts.setdefault(name, 0)
+        counts[name] += module.rsplit(".", 1)[-1].isdigit() and ".layers." in f".{module}"
+    return ", ".join(f"{d} {n} layers" for d, n in counts.items())
+
+
+def plan_device_map(config, max_memory: dict, dtype: torch.dtype = torch.float32) -> dict:
+    """accelerate's placement for a model of this config under ``max_memory`` ({0: bytes, 1: bytes,
+    "cpu": bytes}), without allocating weights: what ``from_pretrained(device_map="auto")`` does on a
+    machine with those devices, decoder layers kept whole."""
+    from accelerate import infer_auto_device_map, init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(config)
+    return dict(infer_auto_device_map(model, max_memory=max_memory, dtype=dtype,
+                                      no_split_module_classes=model._no_split_modules))
+
+
+def _dispatch_kwargs(spec: str, max_memory: dict | None) -> dict:
+    """from_pretrained's arguments for device_map="auto": layers that fit nowhere go to a disk folder
+    under the cache (one per model)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in spec)
+    kw = {"device_map": "auto", "offload_folder": str(cache_dir() / "offload" / safe)}
+    if max_memory:
+        kw["max_memory"] = max_memory
+    return kw
+
+
+def load_model(spec: str, device: str = "auto", dtype: str = "auto", device_map: str = "none",
+               max_memory: dict | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer from a SPEC. Raises SpecvizError with a clear message.
+
+    ``device_map="auto"`` spreads the weights over every GPU (then CPU memory, then disk) with
+    accelerate, for a target larger than one GPU; ``max_memory`` caps each device (tests use it to
+    force offload on a CPU)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if device_map not in DEVICE_MAPS:
+        raise SpecvizError(f"unknown device map {device_map!r}: use none or auto")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     src, kwargs = _source(spec)
+    load_kw = _dispatch_kwargs(spec, max_memory) if device_map == "auto" else {}
     try:
         tok = AutoTokenizer.from_pretrained(src, trust_remote_code=False, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=dt, trust_remote_code=False, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dt, trust_remote_code=False, **kwargs, **load_kw)
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SpecvizError(f"could not load model {spec!r}: {first}") from None
     except (ValueError, KeyError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SpecvizError(f"{spec!r} could not be loaded as a causal language model: {first}") from None
-    model.to(dev).eval()
+    placed = dict(getattr(model, "hf_device_map", None) or {}) if device_map == "auto" else None
+    if placed:
+        dev = main_device(placed)  # accelerate placed the weights and moves activations between devices
+    else:
+        model.to(dev)
+    model.eval()
     return LoadedModel(spec=spec, name=src if spec != "default" else DEFAULT_NAME,
-                       model=model, tokenizer=tok, device=dev, dtype=dt)
+                       model=model, tokenizer=tok, device=dev, dtype=dt, device_map=placed)
 
 
 def check_tokenizers_agree(target_tok, draft_tok) -> None:
@@ -201,9 +270,9 @@ _models: dict = {}
 _models_lock = threading.Lock()
 
 
-def get_model(spec: str, device: str = "auto", dtype: str = "auto"):
-    key = (spec, str(resolve_device(device)), str(resolve_dtype(dtype, resolve_device(device))))
+def get_model(spec: str, device: str = "auto", dtype: str = "auto", device_map: str = "none"):
+    key = (spec, str(resolve_device(device)), str(resolve_dtype(dtype, resolve_device(device))), device_map)
     with _models_lock:
         if key not in _models:
-            _models[key] = load_model(spec, device, dtype)
+            _models[key] = load_model(spec, device, dtype, device_map)
         return _models[key]
