@@ -19,7 +19,8 @@ from specviz.models.distilled import get_distilled_draft, is_distilled_draft
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.decoder import SpecDecoder
 from specviz.common import SpecvizError
-from specviz.models.loading import check_tokenizers_agree, encode_prompts, get_model, resolve_device, resolve_dtype
+from specviz.models.loading import (check_tokenizers_agree, encode_prompts, get_model, placement, resolve_device,
+                                    resolve_dtype)
 from specviz.engine.sampling import SamplingParams
 from specviz.analysis.trace import build_trace, sequence_record
 from specviz.prompts.files import read_prompts  # noqa: F401  (re-exported for the CLI)
@@ -40,6 +41,7 @@ class RunConfig:
     mode: str = "speculative"
     device: str = "auto"
     dtype: str = "auto"
+    device_map: str = "none"  # "auto": the target spread over every GPU (then CPU, disk) by accelerate
     raw_prompt: bool = False
     controller_args: dict = dataclasses.field(default_factory=dict)
     draft_confidence: float = 0.0  # model drafts: a row stops drafting after a token with draft probability below this
@@ -79,6 +81,8 @@ class RunConfig:
         if not (self.arrival_rate >= 0 and self.arrival_rate < float("inf")):
             raise SpecvizError(f"arrival rate must be 0 (all queued at the start) or a positive number of requests "
                                f"per second (got {self.arrival_rate})")
+        if self.device_map not in ("none", "auto"):
+            raise SpecvizError(f"device map must be none or auto (got {self.device_map!r})")
         if self.mode not in ("speculative", "regular"):
             raise SpecvizError(f"mode must be speculative or regular (got {self.mode!r})")
         if not self.prompts:
@@ -129,6 +133,10 @@ class RunConfig:
         d.pop("controller_args")
         if self.tree_width == 1:  # chains: the trace's config reads as before trees
             d.pop("tree_width"), d.pop("tree_nodes")
+        if self.device_map == "none":  # one device: the config reads as before device maps
+            d.pop("device_map")
+        elif target is not None and getattr(target, "device_map", None):
+            d["device_map"] = placement(target.device_map)
         if target is not None:
             d["dtype"] = str(target.dtype).removeprefix("torch.")
             d["device"] = str(target.device)
@@ -194,7 +202,7 @@ def make_proposer(draft: str, target, stop_below: float = 0.0):
 
 
 def load_pair(cfg: RunConfig):
-    target = get_model(cfg.target, cfg.device, cfg.dtype)
+    target = get_model(cfg.target, cfg.device, cfg.dtype, cfg.device_map)
     proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target, cfg.draft_confidence)
     return target, proposer
 
