@@ -12,18 +12,19 @@ appstate.init_state()
 st.title("Server")
 appstate.run_banner()
 for key, value in {"server_url": servermon.DEFAULT_URL, "server_poll": True, "server_window": 5,
-                   "server_costs": "entered", "server_step_ms": 20.0, "server_c": 0.05, "server_knee": 64,
+                   "server_costs": "entered", "server_step_ms": 20.0, "server_redraw": 2, "server_c": 0.05, "server_knee": 64,
                    "server_overhead_ms": 0.0}.items():
     st.session_state.setdefault(key, value)
 
 st.markdown("Reads a **vLLM** server's Prometheus `/metrics` every second — the one `python -m specviz vllm serve` "
             "starts, or any deployment you can reach — and plots what its speculative decoding does. "
             "Nothing is decoded here and no model is loaded.")
-c1, c2, c3 = st.columns([3, 1, 1])
+c1, c2, c3, c4 = st.columns([3, 1, 1, 1])
 c1.text_input("vLLM server address", key="server_url", help="e.g. http://127.0.0.1:8000 or http://gpu-node:8000; "
               "/metrics is added when missing")
 c2.slider("window (s)", 1, 30, key="server_window", help="each point is what happened over this many seconds")
-c3.toggle("poll every second", key="server_poll")
+c3.selectbox("redraw charts every (s)", [1, 2, 5, 10], key="server_redraw")
+c4.toggle("poll every second", key="server_poll")
 
 with st.expander("Costs for the model's prediction", expanded=False):
     files = servermon.calibration_files()
@@ -49,8 +50,25 @@ def fmt(x, spec=".3f"):
     return "—" if x is None else format(x, spec)
 
 
-@st.fragment(run_every=1.0 if st.session_state["server_poll"] else None)
-def watch_panel():
+def attached():
+    """(address, watch, since-attached delta) once two scrapes are in, else None (poll_panel says why)."""
+    try:
+        url = metrics.metrics_url(st.session_state["server_url"])
+    except SpecvizError:
+        return None
+    watch = servermon.watch_for(st.session_state, url)
+    total = servermon.since_attached(watch.scrapes)
+    return None if total is None else (url, watch, total)
+
+
+POLL_S = 1.0 if st.session_state["server_poll"] else None
+CHARTS_S = float(st.session_state["server_redraw"]) if st.session_state["server_poll"] else None
+
+
+# Scraping and the numbers: every second. The charts redraw on their own, slower clock (a browser on a
+# busy machine took longer than a second to re-draw six plots, which then blinked); they show every scrape.
+@st.fragment(run_every=POLL_S)
+def poll_panel():
     try:
         url = metrics.metrics_url(st.session_state["server_url"])
     except SpecvizError as e:
@@ -73,36 +91,46 @@ def watch_panel():
         return
     for note in total.notes():
         st.info(note)
+    latest = metrics.delta(watch.scrapes[max(0, len(watch.scrapes) - 1 - st.session_state["server_window"])], last)
+    m = st.columns(6)
+    m[0].metric("acceptance rate", fmt(total.acceptance_rate))
+    m[1].metric("mean acceptance length", fmt(total.mean_acceptance_length, ".2f"),
+                help="output tokens per draft: 1 + accepted / drafts")
+    m[2].metric("α (per position)", fmt(total.alpha))
+    m[3].metric("output tokens/s", fmt(latest.throughput, ".1f"), help="over the window")
+    m[4].metric("running", fmt(last.gauges.get("running"), ".0f"))
+    m[5].metric("waiting", fmt(last.gauges.get("waiting"), ".0f"))
+    st.caption("acceptance rate, mean acceptance length and α: since attached; tokens/s: over the window")
+
+
+@st.fragment(run_every=CHARTS_S)
+def charts_panel():
+    got = attached()
+    if got is None:
+        return
+    _, watch, total = got
     rows = servermon.series(watch.scrapes, st.session_state["server_window"])
     try:
         pred = servermon.prediction(total, costs_at(), servermon.observed_batch_sizes(watch.scrapes))
     except SpecvizError as e:
         st.error(str(e))
         pred = None
-
-    m = st.columns(6)
-    m[0].metric("acceptance rate", fmt(total.acceptance_rate))
-    m[1].metric("mean acceptance length", fmt(total.mean_acceptance_length, ".2f"),
-                help="output tokens per draft: 1 + accepted / drafts")
-    m[2].metric("α (per position)", fmt(total.alpha))
-    m[3].metric("output tokens/s", fmt(rows[-1]["throughput"], ".1f"))
-    m[4].metric("running", fmt(last.gauges.get("running"), ".0f"))
-    m[5].metric("waiting", fmt(last.gauges.get("waiting"), ".0f"))
-
-    left, right = st.columns(2)
+    charts = []  # (key, figure), drawn two a row in this order
     if total.has_spec:
-        left.plotly_chart(servercharts.per_position_over_time(rows), key="server_per_position")
-        left.plotly_chart(servercharts.over_time(rows, {"acceptance rate": "acceptance_rate", "α": "alpha"},
-                                                 "Acceptance over time", {"title": "fraction", "range": [0, 1.02]},
-                                                 {"model α": pred["alpha"]} if pred else None), key="server_acceptance")
-        left.plotly_chart(servercharts.over_time(rows, {"measured": "mean_acceptance_length"},
-                                                 "Mean acceptance length over time", "output tokens per draft",
-                                                 {"model E(α, k)": pred["expected_length"]} if pred else None),
-                          key="server_length")
-    right.plotly_chart(servercharts.over_time(rows, {"output tokens/s": "throughput"}, "Throughput", "tokens / s"),
-                       key="server_throughput")
-    right.plotly_chart(servercharts.over_time(rows, {"running": "running", "waiting": "waiting"}, "Requests",
-                                              "requests"), key="server_requests")
+        charts += [("server_per_position", servercharts.per_position_over_time(rows)),
+                   ("server_acceptance", servercharts.over_time(
+                       rows, {"acceptance rate": "acceptance_rate", "α": "alpha"}, "Acceptance over time",
+                       {"title": "fraction", "range": [0, 1.02]}, {"model α": pred["alpha"]} if pred else None)),
+                   ("server_length", servercharts.over_time(
+                       rows, {"measured": "mean_acceptance_length"}, "Mean acceptance length over time",
+                       "output tokens per draft", {"model E(α, k)": pred["expected_length"]} if pred else None))]
+    charts += [("server_throughput", servercharts.over_time(rows, {"output tokens/s": "throughput"}, "Throughput",
+                                                            "tokens / s")),
+               ("server_requests", servercharts.over_time(rows, {"running": "running", "waiting": "waiting"},
+                                                          "Requests", "requests"))]
+    for i in range(0, len(charts), 2):
+        for col, (key, fig) in zip(st.columns(2), charts[i:i + 2]):
+            col.plotly_chart(fig, key=key)
 
     st.subheader("The analytic model at the observed α")
     if pred is None:
@@ -122,4 +150,5 @@ def watch_panel():
         p2.caption(f"no {PER_POSITION} on this server: per-position acceptance not shown")
 
 
-watch_panel()
+poll_panel()
+charts_panel()
