@@ -7,7 +7,7 @@ import torch
 
 from specviz import telemetry
 from specviz.analysis.hardware import verify_use
-from specviz.app import charts, state as appstate
+from specviz.app import charts, jobs, state as appstate
 from specviz.common import SpecvizError
 from specviz.models.loading import resolve_device, resolve_dtype
 from specviz.run import hardware_info
@@ -44,14 +44,39 @@ else:
 
 # ---- peaks, MBU / MFU ----------------------------------------------------------------------------
 st.subheader("Peaks and utilization ratios")
-peaks = telemetry.cached_peaks(device)
-if peaks is None:
-    st.info("not calibrated yet: peak bandwidth and FLOP/s have not been measured on this device")
-if st.button("Measure peaks (about 1 s)", key="measure_peaks"):
-    with st.spinner("measuring a large copy and a matmul…"):
-        with appstate.model_lock():
-            peaks = telemetry.measure_peaks(device)
-if peaks:
+PEAKS_JOB = "hw_peaks_job"
+
+
+def peaks_job(dev: torch.device):
+    """The peak copy and matmul, in a job's thread under the model lock (never in the script thread)."""
+    def fn(job: jobs.Job) -> dict:
+        job.say("measuring a large copy and a matmul…")
+        return telemetry.measure_peaks(dev)
+    return fn
+
+
+job = st.session_state.get(PEAKS_JOB)
+if st.button("Measure peaks (about 1 s)", key="measure_peaks", disabled=job is not None and job.running):
+    job = jobs.Job(peaks_job(device), appstate.model_lock()).start()
+    st.session_state[PEAKS_JOB] = job
+
+
+def peaks_view() -> None:
+    job = st.session_state.get(PEAKS_JOB)
+    if job is not None:
+        job.beat()
+        if job.running:
+            st.info("queued: another run holds the model" if job.status == "queued" else job.note)
+            return
+        if job.status == "error":
+            st.error(f"peaks not measured: {job.error}")
+        if st.session_state.get("_hw_fragment"):  # the job ended while a fragment polled: redraw the page once
+            st.session_state["_hw_fragment"] = False
+            st.rerun(scope="app")
+    peaks = telemetry.cached_peaks(device) or (job.result if job is not None and job.status == "done" else None)
+    if peaks is None:
+        st.info("not calibrated yet: peak bandwidth and FLOP/s have not been measured on this device")
+        return
     c1, c2 = st.columns(2)
     c1.metric("peak bandwidth", f"{peaks['peak_bytes_per_s'] / 1e9:.1f} GB/s")
     c2.metric("peak matmul", f"{peaks['peak_flops'] / 1e12:.2f} TFLOP/s")
@@ -62,6 +87,13 @@ if peaks:
                   help="(weights + KV bytes read once per forward) / forward time / peak bandwidth")
         c2.metric("MFU of the verify forward", f"{100 * use['mfu']:.2f}%", help="2 x params FLOPs per token processed")
         st.caption(f"mean verify forward: {use['t_verify_s'] * 1e3:.1f} ms over {use['tokens']:.0f} tokens")
+
+
+if job is not None and job.running:
+    st.session_state["_hw_fragment"] = True
+    st.fragment(peaks_view, run_every=0.5)()
+else:
+    peaks_view()
 
 st.subheader("Cost-model calibration")
 costs = appstate.trace_costs(trace)

@@ -8,3 +8,24 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(__file__))  # tests import their fakes as a plain module
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def navigation_owns_the_pages(monkeypatch):
+    """For AppTest tests (``pytestmark = pytest.mark.usefixtures("navigation_owns_the_pages")``):
+    AppTest resets Streamlit's "pages/ folder" flag before every run, so each rerun would run the
+    page file alone (old-style multipage mode: no app.py, no sidebar) and the page would rerun
+    through app.py, dropping button clicks. On a live server the flag is cleared for good by
+    app.py's first st.navigation call; do the same here."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    real_init = PagesManager.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+    monkeypatch.setattr(PagesManager, "__init__", init)

@@ -63,21 +63,7 @@ def finish(at, run, timeout=120):
     return run
 
 
-@pytest.fixture(autouse=True)
-def navigation_owns_the_pages(monkeypatch):
-    """AppTest resets Streamlit's "pages/ folder" flag before every run, so each rerun would run
-    the page file alone (old-style multipage mode: no app.py, no sidebar) and the page would
-    rerun through app.py, dropping button clicks. On a live server the flag is cleared for good
-    by app.py's first st.navigation call; do the same here."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    real_init = PagesManager.__init__
-
-    def init(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    monkeypatch.setattr(PagesManager, "__init__", init)
+pytestmark = pytest.mark.usefixtures("navigation_owns_the_pages")  # tests/conftest.py says why
 
 
 @pytest.fixture(autouse=True)

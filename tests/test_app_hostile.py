@@ -19,18 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "app.py")
 
 
-@pytest.fixture(autouse=True)
-def navigation_owns_the_pages(monkeypatch):
-    """As in tests/test_app.py: keep AppTest on app.py's st.navigation across reruns."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    real_init = PagesManager.__init__
-
-    def init(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    monkeypatch.setattr(PagesManager, "__init__", init)
+pytestmark = pytest.mark.usefixtures("navigation_owns_the_pages")  # tests/conftest.py says why
 
 
 def hand_trace(k: int = 2) -> dict:
