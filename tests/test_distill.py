@@ -214,3 +214,175 @@ def test_bench_says_transformers_cannot_run_a_feature_draft_and_takes_a_peer_dra
     assert main([*common, "--peer-draft", "ngram"]) == 0
     out = capsys.readouterr().out
     assert "transformers generate peer" in out and "its draft: ngram" in out and "ours vs peer" in out
+
+
+# ---- teacher-forced text labels (specviz.distill.text) and resumable training -----------------
+
+
+def _tiny_chunks(n: int, vocab: int = 64) -> list[dict]:
+    g = torch.Generator().manual_seed(5)
+    return [{"prompt": f"doc {i}", "prompt_ids": torch.randint(1, vocab, (2 + i % 3,), generator=g).tolist(),
+             "output_ids": torch.randint(1, vocab, (4 + 3 * i % 7,), generator=g).tolist(), "source": f"doc{i}.txt",
+             "source_sha256": "0" * 64} for i in range(n)]
+
+
+def _records(data, name="text"):
+    from specviz.distill.data import read_shards
+
+    return {s["sample"]: (s["output_ids"], s["topk_ids"].tolist(), s["topk_logits"].tolist()) for s in read_shards(data, name)}
+
+
+def test_text_labels_are_the_targets_topk_at_each_answer_position_and_resume_after_an_interruption(tmp_path, monkeypatch):
+    import specviz.distill.text as text
+
+    tiny = tiny_llama(64)
+    chunks = _tiny_chunks(5)
+    (tmp_path / "whole").mkdir()
+    text.label_text(tiny, chunks, tmp_path / "whole", batch_size=2, topk=4)
+    whole = _records(tmp_path / "whole")
+    assert sorted(whole) == [0, 1, 2, 3, 4]
+    for i, c in enumerate(chunks):  # each chunk alone, unpadded: the same top-4 at the answer positions
+        seq = torch.as_tensor([c["prompt_ids"] + c["output_ids"][:-1]])  # [1, P + n - 1]
+        with torch.no_grad():
+            z = tiny.model(seq).logits[0, len(c["prompt_ids"]) - 1:]  # [n, V]
+        vals, ids = z.topk(4, dim=-1)
+        assert whole[i][1] == ids.tolist() and whole[i][0] == c["output_ids"]
+        assert torch.allclose(torch.tensor(whole[i][2]), vals, atol=1e-2)
+
+    (tmp_path / "cut").mkdir()
+    real, calls = text.label_batch, []
+
+    def dies_on_the_second_batch(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(text, "label_batch", dies_on_the_second_batch)
+    with pytest.raises(KeyboardInterrupt):
+        text.label_text(tiny, chunks, tmp_path / "cut", batch_size=2, topk=4)
+    assert sorted(_records(tmp_path / "cut")) == [0, 1]
+    monkeypatch.setattr(text, "label_batch", real)
+    text.label_text(tiny, chunks, tmp_path / "cut", batch_size=2, topk=4)  # resume: only batches 1 and 2
+    assert _records(tmp_path / "cut") == whole
+    assert len((tmp_path / "cut" / "text-0.jsonl").read_text().splitlines()) == 5  # nothing labelled twice
+    assert [s["sample"] for s in text.read_text_samples(tmp_path / "cut", chunks)] == [0, 1, 2, 3, 4]
+
+
+def test_documents_keep_the_visible_text_and_chunks_end_at_paragraphs(tmp_path, target):
+    from specviz.distill.text import chunk_documents, documents, source_manifest
+
+    (tmp_path / "page.html").write_text(
+        "<html><head><title>t</title><script>var x = 1;</script></head><body>"
+        "<div class='sphinxsidebar'><div>Navigation</div> sidebar</div>"
+        "<h1>Lists</h1><p>A list holds   items in order.</p><pre>xs = [1, 2]\n  xs.append(3)</pre></body></html>")
+    (tmp_path / "notes.txt").write_text("First paragraph about tea.\n\n" + "Second paragraph, a longer one. " * 40)
+    docs = documents([tmp_path])
+    assert [d[0].rsplit("/", 1)[-1] for d in docs] == ["notes.txt", "page.html"]
+    page = docs[1][1]
+    assert "A list holds items in order." in page and "xs = [1, 2]\n  xs.append(3)" in page
+    assert "var x" not in page and "Navigation" not in page and "sidebar" not in page
+    import hashlib
+
+    assert docs[1][2] == hashlib.sha256((tmp_path / "page.html").read_bytes()).hexdigest()
+    chunks = chunk_documents(docs, target.tokenizer, chunk_tokens=64)
+    tok = target.tokenizer
+    assert all(len(c["output_ids"]) <= 64 for c in chunks)
+    assert tok.decode(chunks[0]["output_ids"]) == "First paragraph about tea."  # the next paragraph did not fit
+    assert chunks[0]["prompt_ids"] == encode_prompts(tok, ["Tell me about: First paragraph about tea."])[0]
+    assert chunk_documents(docs, tok, chunk_tokens=64) == chunks  # deterministic
+    man = source_manifest(docs, chunks)
+    assert {m["path"] for m in man} == {d[0] for d in docs}
+    assert sum(m["tokens"] for m in man) == sum(len(c["output_ids"]) for c in chunks)
+    limited = chunk_documents(docs, tok, chunk_tokens=64, max_tokens=100)
+    assert limited == chunks[:len(limited)] and sum(len(c["output_ids"]) for c in limited[:-1]) < 100
+
+
+def test_a_missing_text_source_is_one_clear_error(tmp_path):
+    from specviz.distill.text import documents
+
+    with pytest.raises(SpecvizError, match="does not exist"):
+        documents([tmp_path / "nope"])
+
+
+def test_training_resumed_after_an_interruption_ends_with_the_uninterrupted_weights(tmp_path):
+    from torch import nn
+
+    from specviz.distill.token import collate_tokens, token_loss, token_tensors
+    from specviz.distill.train import init_from_target, train
+    from specviz.models.distilled import build_draft, draft_config
+
+    tiny = tiny_llama(64)
+    g = torch.Generator().manual_seed(0)
+    samples = [{"prompt_ids": torch.randint(1, 64, (3,), generator=g).tolist(),
+                "output_ids": torch.randint(1, 64, (6,), generator=g).tolist(),
+                "topk_ids": torch.randint(0, 64, (6, 4), generator=g).numpy(),
+                "topk_logits": torch.randn(6, 4, generator=g).numpy()} for _ in range(12)]
+    vmap = list(range(0, 64, 2))
+    data = token_tensors(samples, vmap, 64)
+
+    def fresh():
+        torch.manual_seed(0)
+        emb = nn.Embedding.from_pretrained(tiny.model.get_input_embeddings().weight.detach().clone(), freeze=True)
+        draft = build_draft(draft_config(tiny.model.config, 1), emb, vmap).float()
+        init_from_target(draft, tiny.model, [0])
+        return draft
+
+    common = dict(train_data=data[:9], val_data=data[9:], steps=10, batch_size=3, lr=1e-2, seed=4,
+                  collate=collate_tokens, eval_every=3, warmup=2, autocast=False)
+    whole = fresh()
+    h_whole = train(whole, loss_fn=token_loss, **common)
+    state = tmp_path / "train-state.pt"
+    calls = []
+
+    def dies_at_step_8(draft, batch, autocast):
+        if draft.training:
+            calls.append(1)
+            if len(calls) == 8:
+                raise KeyboardInterrupt
+        return token_loss(draft, batch, autocast)
+
+    cut = fresh()
+    with pytest.raises(KeyboardInterrupt):
+        train(cut, loss_fn=dies_at_step_8, state_path=state, **common)
+    assert torch.load(state, weights_only=False)["step"] == 6  # the last checkpoint before the interruption
+    resumed = fresh()  # a new process: a new draft from the same start
+    h_resumed = train(resumed, loss_fn=token_loss, state_path=state, **common)
+    assert h_resumed["steps"] == 10 and h_resumed["loss"] == h_whole["loss"]
+    assert [v["agreement"] for v in h_resumed["val"]] == [v["agreement"] for v in h_whole["val"]]
+    for (k, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), k
+    other = dict(common, seed=5)  # another run's state is not resumed
+    h_other = train(fresh(), loss_fn=token_loss, state_path=state, **other)
+    assert len(h_other["loss"]) == 10
+
+
+@pytest.fixture(scope="module")
+def text_distilled(tmp_path_factory, target):
+    root = tmp_path_factory.mktemp("text-draft")
+    (root / "doc.txt").write_text("\n\n".join(f"Paragraph {i}: tea is brewed from leaves and served hot or cold."
+                                              for i in range(12)))
+    a = parse(["--out", str(root / "out"), *TINY, "--steps", "10", "--text", str(root / "doc.txt"),
+               "--text-chunk-tokens", "32", "--text-batch-size", "2"])
+    assert a.func(a) == 0
+    return root, json.loads((root / "out" / "report.json").read_text())
+
+
+def test_distill_with_text_trains_on_teacher_forced_labels_and_records_the_sources(text_distilled):
+    import hashlib
+
+    root, report = text_distilled
+    text = report["data"]["text"]
+    assert text["files"] == [{"path": str(root / "doc.txt"), "sha256": hashlib.sha256((root / "doc.txt").read_bytes()).hexdigest(),
+                              "chunks": text["samples"], "tokens": text["tokens"]}]
+    assert text["samples"] >= 3 and report["data"]["train_samples"] == 6  # generated samples counted apart
+    samples = read_samples(sorted((root / "out" / "data").glob("text-*.jsonl")))
+    assert len(samples) == text["samples"] and all(s["teacher_forced"] for s in samples)
+    assert json.loads((root / "out" / "data" / "text-sources.json").read_text())["sha256"] == text["sha256"]
+    assert not (root / "out" / "train-state.pt").exists()  # removed once the draft is saved
+
+
+def test_text_is_refused_for_a_feature_draft(tmp_path):
+    a = parse(["--out", str(tmp_path), *TINY, "--kind", "feature", "--text", str(tmp_path)])
+    with pytest.raises(SpecvizError, match="token drafts only"):
+        a.func(a)

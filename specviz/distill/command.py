@@ -68,6 +68,12 @@ def add_distill_parser(sub) -> None:
                    help="data-generation processes, one thread each (0 = auto: up to 4 on CPU, 1 on CUDA); on a busy "
                         "2-core CPU, 2 workers x 1 thread ran 3x faster than 1 x 2 threads")
     p.add_argument("--topk", type=int, default=32, help="target logits kept per token (soft labels)")
+    p.add_argument("--text", action="append", metavar="PATH",
+                   help="written text the target reads teacher-forced (prefill speed) for more soft labels: files or "
+                        "folders of .html/.txt/.rst/.md(.gz), repeatable; bench/text_sources.sh installs Debian's")
+    p.add_argument("--text-tokens", type=int, default=200_000, help="at most this many text tokens are labelled")
+    p.add_argument("--text-chunk-tokens", type=int, default=256, help="tokens per teacher-forced answer")
+    p.add_argument("--text-batch-size", type=int, default=8, help="chunks per labelling forward")
     p.add_argument("--steps", type=int, default=3000,
                    help="training steps; the learning-rate schedule follows them, so they fix the weights")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per training step")
@@ -125,10 +131,12 @@ def _layer_ids(spec: str, layers: int, n_target: int) -> list[int]:
 
 
 def _validate(a) -> list[int]:
+    if a.text and a.kind != "token":
+        raise SpecvizError(f"--text labels token drafts only (a {a.kind} draft also needs the target's features)")
     if a.gen_workers < 0:
         raise SpecvizError(f"--gen-workers must be 0 (auto) or more (got {a.gen_workers})")
     for name in ("samples", "max_new_tokens", "gen_batch_size", "topk", "batch_size", "vocab", "layers", "eval_prompts",
-                 "eval_max_new_tokens"):
+                 "eval_max_new_tokens", "text_tokens", "text_chunk_tokens", "text_batch_size"):
         if getattr(a, name) < 1:
             raise SpecvizError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(a, name)})")
     if a.steps < 0 or a.val_samples < 0 or (a.time_budget_min is not None and a.time_budget_min <= 0):
@@ -173,6 +181,27 @@ def _samples(a, target, kind: Kind, data: Path):
     return train_samples, val_samples, eval_prompts, gen_s
 
 
+def _text_samples(a, target, data: Path):
+    """Label --text teacher-forced (or resume): (samples, the sources with checksums, seconds)."""
+    from specviz.distill.text import (chunk_documents, documents, label_text, manifest_sha256, read_text_samples,
+                                      source_manifest)
+
+    if not a.text:
+        return [], None, 0.0
+    t0 = time.perf_counter()
+    docs = documents(a.text)
+    chunks = chunk_documents(docs, target.tokenizer, a.text_chunk_tokens, a.text_tokens)
+    manifest = source_manifest(docs, chunks)
+    (data / "text-sources.json").write_text(json.dumps({"sha256": manifest_sha256(manifest), "files": manifest}, indent=1))
+    generate_parallel(target, a.gen_workers, label_text, chunks=chunks, data=data, name="text",
+                      batch_size=a.text_batch_size, topk=a.topk, desc="text labels")
+    samples = read_text_samples(data, chunks)
+    label_s = time.perf_counter() - t0
+    log(f"text: {len(samples)} of {len(chunks)} chunks labelled from {len(manifest)} files, "
+        f"{sum(len(s['output_ids']) for s in samples)} tokens ({label_s:.0f} s)")
+    return samples, {"paths": a.text, "sha256": manifest_sha256(manifest), "files": manifest}, label_s
+
+
 def cmd_distill(a) -> int:
     from specviz.engine.decoder import eos_token_ids
     from specviz.prompts.gen import freeform_prompts
@@ -199,6 +228,8 @@ def cmd_distill(a) -> int:
     train_samples, val_samples, eval_prompts, gen_s = _samples(a, target, kind, data)
     n_tokens = sum(len(s["output_ids"]) for s in train_samples)
     log(f"data: {len(train_samples)} samples, {n_tokens} target tokens ({gen_s:.0f} s)")
+    text_samples, sources, label_s = _text_samples(a, target, data)
+    gen_samples, train_samples = train_samples, train_samples + text_samples
 
     # ---- 2. draft
     torch.manual_seed(a.seed)
@@ -210,15 +241,17 @@ def cmd_distill(a) -> int:
     log(f"{a.kind} draft: {a.layers} layers (from target layers {layer_ids or 'none: random'}), vocab {len(vocab_map)}, "
         f"{own / 1e6:.1f}M own params")
 
-    # ---- 3. training
+    # ---- 3. training (resumable: out/train-state.pt holds the last checkpoint until the draft is saved)
+    out.mkdir(parents=True, exist_ok=True)
     hist = train(draft, kind.tensors(train_samples, vocab_map, V), kind.tensors(val_samples, vocab_map, V), a.steps,
                  a.batch_size, a.lr, a.seed, kind.loss, kind.collate, 60 * a.time_budget_min if a.time_budget_min else None,
-                 weight_decay=a.weight_decay, eval_every=a.eval_every, log=log)
+                 weight_decay=a.weight_decay, eval_every=a.eval_every, log=log, state_path=out / "train-state.pt")
     log(f"trained {hist['steps']} steps in {hist['train_s']:.0f} s; best held-out agreement "
         f"{hist['best']['agreement']:.3f} (step {hist['best']['step']})")
 
     # ---- 4. save, reload as a draft SPEC would, evaluate
     save_draft(draft, out, target, vocab_map, extra={"layers": a.layers, "init_layers": layer_ids, **dict(kind.meta)})
+    (out / "train-state.pt").unlink(missing_ok=True)
     t_eval = time.perf_counter()
     loaded = load_distilled_draft(out, target)
     proposer = kind.proposer(loaded, vocab_size=V)
@@ -229,8 +262,10 @@ def cmd_distill(a) -> int:
     costs = cost_ratio(target, loaded, (1, 8), prefix_len=a.cost_prefix_len, rounds=a.cost_rounds)
     eval_s = time.perf_counter() - t_eval
 
-    report = build_report(a, target, own, layer_ids, vocab_map, train_samples, val_samples, n_tokens, gen_s, hist, held,
+    report = build_report(a, target, own, layer_ids, vocab_map, gen_samples, val_samples, n_tokens, gen_s, hist, held,
                           free, costs, ks, eval_s, time.perf_counter() - t_start)
+    report["data"]["text"] = None if sources is None else {**sources, "samples": len(text_samples), "label_s": label_s,
+                                                           "tokens": sum(len(s["output_ids"]) for s in text_samples)}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     text = format_report(report)
     (out / "README.md").write_text(readme(report, text))

@@ -230,12 +230,14 @@ def read_samples(paths) -> list[dict]:
 
 
 def build_vocab_map(samples: list[dict], size: int, vocab_size: int, always=()) -> list[int]:
-    """The ``size`` tokens the target emits most (outputs + its top-1 predictions), ``always``
+    """The ``size`` tokens the target emits most (outputs + its top-1 predictions; of
+    teacher-forced text only the top-1, the text's own tokens are not the target's), ``always``
     first (EOS...), ties and the remainder filled by ascending id (BPE ids roughly follow
     frequency). Sorted ascending."""
     counts = np.zeros(vocab_size, dtype=np.int64)
     for s in samples:
-        np.add.at(counts, np.asarray(s["output_ids"], dtype=np.int64), 1)
+        if not s.get("teacher_forced"):
+            np.add.at(counts, np.asarray(s["output_ids"], dtype=np.int64), 1)
         np.add.at(counts, s["topk_ids"][:, 0], 1)
     order = np.lexsort((np.arange(vocab_size), -counts))  # most frequent first, then lower id
     chosen = [int(t) for t in always if 0 <= t < vocab_size]

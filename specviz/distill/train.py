@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -68,9 +69,25 @@ def evaluate_agreement(draft, data, loss_fn, collate, batch_size: int = 16, auto
     return {"agreement": agree / max(n, 1), "loss": loss_sum / max(n, 1), "positions": n}
 
 
+def fingerprint(train_data, val_data, steps: int, batch_size: int, lr: float, seed: int, weight_decay: float,
+                warmup: int, eval_every: int) -> str:
+    """What a saved training state must match to be resumed: the settings and the data's shape."""
+    import hashlib
+    import json
+
+    shape = [len(x["ids"]) for x in train_data] + [-len(x["ids"]) for x in val_data]
+    ids = [int(x["ids"].sum()) for x in train_data[:64]]
+    return hashlib.sha256(json.dumps([steps, batch_size, lr, seed, weight_decay, warmup, eval_every, shape, ids])
+                          .encode()).hexdigest()
+
+
+def _own(draft) -> dict:
+    return {k: t.detach().clone() for k, t in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
+
+
 def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, seed: int, loss_fn, collate,
           budget_s: float | None = None, weight_decay: float = 0.05, warmup: int = 30, eval_every: int = 100,
-          autocast: bool = True, log=None) -> dict:
+          autocast: bool = True, log=None, state_path=None) -> dict:
     """AdamW, linear warmup then cosine to 10% over ``steps``; keeps the best held-out checkpoint.
 
     ``loss_fn(draft, collate(items), autocast) -> (loss, agreements, positions)`` is the kind's.
@@ -79,6 +96,11 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
     same device and thread count. ``budget_s`` is only a safety stop: if it ends training first,
     the history says ``stopped_by="time budget"`` and those weights depend on the machine's
     speed (the schedule was cut short at whatever step the clock allowed). Returns the history.
+
+    ``state_path``: at every held-out checkpoint the whole state (weights, optimiser, step,
+    history, best checkpoint) is written there; a later call with the same settings and data
+    (:func:`fingerprint`) resumes from it and ends with the weights an uninterrupted run gives
+    (the batch order is replayed from the seed). A state that does not match is ignored.
     """
     from tqdm import tqdm
 
@@ -93,6 +115,31 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
     t0 = time.perf_counter()
     bar = tqdm(total=steps, desc="train", file=sys.stderr, mininterval=2)
     step = 0
+    key = fingerprint(train_data, val_data, steps, batch_size, lr, seed, weight_decay, warmup, eval_every)
+    if state_path is not None and Path(state_path).is_file():
+        state = torch.load(state_path, weights_only=False)
+        if state.get("fingerprint") == key:
+            draft.load_state_dict(state["draft"], strict=False)
+            opt.load_state_dict(state["opt"])
+            step, hist, best, best_state = state["step"], state["hist"], state["best"], state["best_state"]
+            for _ in range(step):  # replay the batch order up to where the run stopped
+                next(it)
+            bar.update(step)
+            if log:
+                log(f"resumed training at step {step} of {steps} from {state_path}")
+        elif log:
+            log(f"{state_path} is another run's training state (other settings or data): starting from step 0")
+
+    def save_state():
+        if state_path is not None:
+            import io
+
+            from specviz.common import write_atomic
+
+            buf = io.BytesIO()
+            torch.save({"fingerprint": key, "step": step, "draft": _own(draft), "opt": opt.state_dict(), "hist": hist,
+                        "best": best, "best_state": best_state}, buf)
+            write_atomic(state_path, buf.getvalue())
 
     def checkpoint():
         nonlocal best, best_state
@@ -100,13 +147,13 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
         v.update(step=step, elapsed_s=time.perf_counter() - t0)
         hist["val"].append(v)
         if v["agreement"] > best["agreement"]:
-            best, best_state = v, {k: t.detach().clone() for k, t in draft.state_dict().items()
-                                   if not k.startswith("model.embed_tokens.")}
+            best, best_state = v, _own(draft)
         if log:
             recent = f"{np.mean(hist['loss'][-eval_every:]):.3f}" if hist["loss"] else "-"
             log(f"step {step}: train loss {recent}  held-out agreement {v['agreement']:.3f}  loss {v['loss']:.3f}")
 
-    checkpoint()  # the starting point (target layers) is a candidate too
+    if step == 0:
+        checkpoint()  # the starting point (target layers) is a candidate too
     stopped_by = "steps"
     while step < steps:
         if budget_s is not None and time.perf_counter() - t0 >= budget_s:
@@ -130,6 +177,7 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
         bar.set_postfix(loss=f"{np.mean(hist['loss'][-20:]):.3f}")
         if step % eval_every == 0:
             checkpoint()
+            save_state()
     bar.close()
     if not hist["val"] or hist["val"][-1]["step"] != step:
         checkpoint()
