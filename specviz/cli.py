@@ -310,6 +310,19 @@ def cmd_sweep(a) -> int:
     return 0
 
 
+def cmd_vllm(a) -> int:
+    from specviz.interrupts import Interrupted, Stop
+    from specviz.peers.command import run_vllm
+
+    stop = Stop(at_once=True)  # the server's context manager stops it on the way out
+    try:
+        with stop:
+            return run_vllm(a)
+    except Interrupted:
+        print(f"specviz: interrupted ({stop.signal}): the vLLM server was stopped", file=sys.stderr)
+        return stop.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every subcommand and flag (tests/test_checks.py walks them: each has a check in specviz.checks
     or a reason it needs none)."""
@@ -344,6 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     from specviz.distill.command import add_distill_parser
 
     add_distill_parser(sub)
+    from specviz.peers.command import add_vllm_parser
+
+    add_vllm_parser(sub)
     return p
 
 
@@ -365,7 +381,7 @@ def main(argv=None) -> int:
     try:
         check_args(a.cmd, a)  # every flag and file, before any model loads
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep,
-                "distill": cmd_distill}[a.cmd](a)
+                "distill": cmd_distill, "vllm": cmd_vllm}[a.cmd](a)
     except SpecvizError as e:
         print(f"specviz: error: {e}", file=sys.stderr)
         return 2

@@ -74,7 +74,7 @@ QUEUED = [
     (["--arrival-rate", "nan"], "arrival rate must be 0"),
 ]
 BASE = {"run": ["--prompt", "hi"], "bench": ["--prompt", "hi"], "calibrate": ["--prompt", "hi"],
-        "sweep": ["--prompt", "hi", "--out-dir", "{d}/sweep"], "distill": ["--out", "{d}/draft"]}
+        "sweep": ["--prompt", "hi", "--out-dir", "{d}/sweep"], "distill": ["--out", "{d}/draft"], "vllm": ["serve"]}
 OWN = {
     "run": [
         (["--out", "{d}/no-such-folder/t.json"], "does not exist"),
@@ -145,6 +145,24 @@ OWN = {
         (["--device", "tpu"], "unknown device"),
         (["--dtype", "int4"], "argument --dtype: invalid choice"),
     ],
+    "vllm": [  # issue 20: vLLM's own server, refused before it starts
+        (["--target", "/definitely/missing/dir"], "unknown model"),
+        (["--target", "{d}/missing.gguf"], "model file not found"),
+        (["--target", "{d}/notes.txt"], "is not a model"),
+        (["--draft", "default"], "vLLM cannot serve specviz's distilled draft"),
+        (["--draft", "ngram:x"], "ngram:N wants N from 1 to 64"),
+        (["--draft", "ngram", "--draft-length", "0"], "--draft ngram needs --draft-length 1 or more"),
+        (["--draft-length", "-1"], "draft length must be 0 or more"),
+        (["--port", "70000"], "port must be at most 65535"),
+        (["--port", "-1"], "port must be 0 or more"),
+        (["--dtype", "int4"], "argument --dtype: invalid choice"),
+        (["--max-model-len", "0"], "max model len must be at least 16"),
+        (["--max-model-len", "100000"], "--max-model-len 100000 is past the 8192-token context"),
+        (["--max-num-seqs", "0"], "max num seqs must be at least 1"),
+        (["--startup-timeout", "0"], "startup timeout must be positive seconds"),
+        (["--startup-timeout", "nan"], "startup timeout must be positive seconds"),
+        (["stop"], "unrecognized arguments: stop"),
+    ],
 }
 
 
@@ -206,7 +224,8 @@ def test_every_mistake_is_one_line_and_a_nonzero_exit(cmd, args, message, bad_fi
 def test_the_checks_pass_a_good_command_line_of_every_subcommand(bad_files):
     """Not over-strict: the defaults with a prompt and writable outputs pass the whole pass."""
     good = {"run": ["--out", "{d}/t.json", "--prompts", "{d}/ok.txt"], "bench": [], "calibrate": [], "sweep": [],
-            "distill": ["--data", "{d}/data", "--kind", "feature", "--init-layers", "random"]}
+            "distill": ["--data", "{d}/data", "--kind", "feature", "--init-layers", "random"],
+            "vllm": ["--draft", "ngram", "--draft-length", "3"]}
     for cmd, extra in good.items():
         a = build_parser().parse_args(_argv(cmd, extra, bad_files))
         checks.check_args(cmd, a)  # raises on a problem

@@ -1,0 +1,43 @@
+"""``python -m specviz vllm serve``: its arguments and the command (the CLI adds the signal handling).
+
+    python -m specviz vllm serve --target default [--draft ngram|SPEC] --draft-length K [--port P]
+
+Its flags are checked in specviz.checks (check_vllm_args) before anything starts, like every
+subcommand's.
+"""
+
+from __future__ import annotations
+
+from specviz.peers.server import ServeConfig, serve
+
+
+def add_vllm_parser(sub) -> None:
+    p = sub.add_parser("vllm", help="start a real vLLM server on the packaged model (needs `bash setup.sh --vllm`)")
+    p.add_argument("vllm_action", choices=["serve"], metavar="serve",
+                   help="serve: vLLM's OpenAI-compatible server on a loopback port until Ctrl-C or SIGTERM")
+    p.add_argument("--target", default="default", help="model SPEC: default, a Hugging Face directory or a hub id")
+    p.add_argument("--draft", default="none",
+                   help="none (regular decoding), ngram[:N] (vLLM's prompt lookup, N = longest n-gram, default 3), "
+                        "or a full-vocabulary model SPEC; specviz's distilled drafts are refused")
+    p.add_argument("--draft-length", type=int, default=4, help="vLLM's num_speculative_tokens")
+    p.add_argument("--port", type=int, default=0, help="loopback port (0 = a free one)")
+    p.add_argument("--dtype", default="bfloat16", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--max-model-len", type=int, default=2048, help="context per request (bounds vLLM's KV cache)")
+    p.add_argument("--max-num-seqs", type=int, default=8, help="vLLM's batch slots")
+    p.add_argument("--no-compile", action="store_true",
+                   help="run vLLM's model eagerly, without torch.compile: starts in under a minute instead of several "
+                        "on a 2-core CPU, decodes slower")
+    p.add_argument("--startup-timeout", type=float, default=300.0, metavar="S",
+                   help="seconds to wait for the server's /health")
+
+
+def config_of(a) -> ServeConfig:
+    return ServeConfig(target=a.target, draft=a.draft, draft_length=a.draft_length, port=a.port, dtype=a.dtype,
+                       max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
+                       startup_timeout_s=a.startup_timeout, compile=not a.no_compile)
+
+
+def run_vllm(a) -> int:
+    """Blocks while the server runs; returns only through an error or the caller's signal handling."""
+    serve(config_of(a))
+    return 0
