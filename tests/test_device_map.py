@@ -7,6 +7,8 @@ each layer's weights in for its forward. The placement over several GPUs is chec
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from fakes import decode, perturbed_copy, ragged_prompts
@@ -79,3 +81,17 @@ def test_the_planner_keeps_layers_whole_and_in_order_over_two_gpus(tiny_dir):
 def test_an_unknown_device_map_is_one_line(tiny_dir):
     with pytest.raises(SpecvizError, match="unknown device map 'balanced'"):
         load_model(str(tiny_dir), "cpu", "float32", device_map="balanced")
+
+
+def test_a_run_with_device_map_auto_records_where_the_target_went_and_decodes_as_without(tiny_dir, tmp_path, monkeypatch):
+    from specviz.run import RunConfig, run
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    cfg = RunConfig(target=str(tiny_dir), draft="ngram", prompts=["t3 t4 t5 t3 t4", "t9 t8"], batch_size=2,
+                    draft_length=2, max_new_tokens=5, device="auto", dtype="float32")
+    plain = run(cfg, telemetry=False)
+    spread = run(dataclasses.replace(cfg, device_map="auto"), telemetry=False)
+    assert "device_map" not in plain["config"] and spread["config"]["device_map"] == "cpu: the whole model"
+    assert [s["output_token_ids"] for s in spread["sequences"]] == [s["output_token_ids"] for s in plain["sequences"]]
+    with pytest.raises(SpecvizError, match="device map must be none or auto"):
+        dataclasses.replace(cfg, device_map="sequential").validate()

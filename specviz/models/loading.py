@@ -169,6 +169,9 @@ def placement(device_map: dict | None) -> str:
     """One line: how many decoder layers each device holds ("cuda:0 14 layers, cuda:1 16 layers")."""
     if not device_map:
         return ""
+    if set(device_map) == {""}:  # accelerate put everything on one device
+        d = device_map[""]
+        return f"{f'cuda:{d}' if isinstance(d, int) else d}: the whole model"
     counts: dict[str, int] = {}
     for module, d in device_map.items():
         name = f"cuda:{d}" if isinstance(d, int) else str(d)
@@ -224,7 +227,9 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", device_map:
     except (ValueError, KeyError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SpecvizError(f"{spec!r} could not be loaded as a causal language model: {first}") from None
-    placed = dict(getattr(model, "hf_device_map", None) or {}) if device_map == "auto" else None
+    placed = None
+    if device_map == "auto":  # transformers sets no map when everything landed on one device (a CPU-only host)
+        placed = dict(getattr(model, "hf_device_map", None) or {"": str(next(model.parameters()).device)})
     if placed:
         dev = main_device(placed)  # accelerate placed the weights and moves activations between devices
     else:
