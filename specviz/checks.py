@@ -65,6 +65,7 @@ CHECKED = {
     "controller": "a known policy, built once with its --controller-arg options",
     "controller_arg": "KEY=VALUE, accepted by the policy",
     "device": "auto, cpu or cuda[:N] where CUDA is present",
+    "device_map": "none or auto (choices=); auto spreads over every GPU, so only with --device auto or cuda",
     "out": "run: a file in a writable folder, not a directory; distill: a writable folder",
     "out_dir": "a writable folder (made if missing), not a file",
     "data": "a folder (made if missing), not a file",
@@ -330,6 +331,8 @@ def check_device(device: str) -> None:
 # ---- the pass ----------------------------------------------------------------------------
 
 def check_run_args(cmd: str, a) -> None:
+    if a.device_map == "auto" and a.device not in ("auto", "cuda"):
+        raise SpecvizError(f"--device-map auto spreads the target over every GPU: give --device auto or cuda, not {a.device}")
     check_device(a.device)
     target_dir = model_dir(a.target, "--target")
     draft_dir = check_draft(a.draft, "--draft")

@@ -33,6 +33,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["speculative", "regular"], default="speculative")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--device-map", default="none", choices=["none", "auto"],
+                   help="auto: the target spread over every GPU, then CPU memory, then disk (accelerate)")
     p.add_argument("--raw-prompt", action="store_true", help="do not apply the chat template")
     p.add_argument("--draft-confidence", type=float, default=0.0, metavar="P",
                    help="model drafts: a row stops drafting after a token the draft gives probability < P "
@@ -66,7 +68,7 @@ def _config(a):
     return RunConfig(target=a.target, draft=a.draft, prompts=prompts, batch_size=a.batch_size,
                      draft_length=a.draft_length, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
                      top_p=a.top_p, seed=a.seed, controller=a.controller, mode=a.mode, device=a.device,
-                     dtype=a.dtype, raw_prompt=a.raw_prompt, controller_args=cargs,
+                     dtype=a.dtype, device_map=a.device_map, raw_prompt=a.raw_prompt, controller_args=cargs,
                      draft_confidence=a.draft_confidence, requests=getattr(a, "requests", None),
                      arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False),
                      tree_width=getattr(a, "tree_width", 1), tree_nodes=getattr(a, "tree_nodes", 16))
