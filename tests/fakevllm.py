@@ -1,0 +1,52 @@
+"""A stand-in for ``python -m vllm.entrypoints.openai.api_server`` in unit tests of specviz.peers.server:
+it records its command line, then behaves as $FAKE_VLLM_MODE says:
+
+  serve  answer /health and /version on --host:--port until SIGTERM; a child process of its own
+         sleeps beside it (as vLLM's engine process does), its pid in $FAKE_VLLM_RECORD.child
+  die    print a few log lines and exit 3 (a server that fails while starting)
+  hang   never answer (a server that does not become healthy)
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+args = sys.argv[1:]
+record = os.environ["FAKE_VLLM_RECORD"]
+with open(record, "w") as f:
+    json.dump({"argv": args, "env": {k: os.environ.get(k) for k in ("VLLM_CPU_KVCACHE_SPACE", "HF_HUB_OFFLINE")}}, f)
+mode = os.environ.get("FAKE_VLLM_MODE", "serve")
+if mode == "die":
+    print("INFO loading the model")
+    print("RuntimeError: the fake engine failed on purpose", flush=True)
+    sys.exit(3)
+if mode == "hang":
+    time.sleep(3600)
+
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+with open(record + ".child", "w") as f:
+    f.write(str(child.pid))
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = {"/health": b"", "/version": b'{"version": "0.0-fake"}'}.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def log_message(self, *a):
+        pass
+
+
+def stop(signum, frame):  # leaves the child alone: only a SIGTERM to the whole group ends it
+    sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, stop)
+host, port = args[args.index("--host") + 1], int(args[args.index("--port") + 1])
+HTTPServer((host, port), Handler).serve_forever()
