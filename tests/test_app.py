@@ -22,7 +22,8 @@ from specviz.app import state as appstate, liverun  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "app.py")
-PAGES = ["pages/live.py", "pages/speedup.py", "pages/sweep.py", "pages/correctness.py", "pages/hardware.py"]
+PAGES = ["pages/live.py", "pages/speedup.py", "pages/sweep.py", "pages/correctness.py", "pages/hardware.py",
+         "pages/server.py"]
 LIVE_CHARTS = {"acceptance_heatmap", "acceptance_rate", "ragged_lengths", "wasted_slots", "phase_timeline",
                "token_latency", "utilization", "position_acceptance"}
 
