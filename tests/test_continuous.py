@@ -106,6 +106,57 @@ def test_memory_stays_bounded_over_200_requests(target):
     assert dec.proposer.kv.slots <= 2 * longest and sum(s["compacted"] for s in steps) > 0
 
 
+@pytest.mark.parametrize("draft", ["regular", "scripted"])
+def test_a_join_causes_no_compaction(target, draft):
+    """Newcomers with short prompts join rows whose caches are long: they sit right-aligned with
+    holes in front, more than a quarter of the cache, which a compaction could not remove (it keeps
+    the longest row). With no rejected drafts (regular, or a draft that is always right) nothing
+    is reclaimable, so no step compacts; the outputs stay exact."""
+    g = torch.Generator().manual_seed(43)
+    prompts = [torch.randint(1, V, (n,), generator=g).tolist() for n in (30, 28, 26, 3, 4, 2, 5, 3)]
+    plain = reference_greedy(target, prompts, max_new=12)
+    others = {t for o in plain[1:] for t in o}
+    eos = next(t for t in plain[0][1:] if t not in others)  # request 0 ends early: newcomers join mid-run
+    ref = reference_greedy(target, prompts, max_new=12, eos=eos)
+    proposer = None if draft == "regular" else ScriptedDraft(prompts, ref, ["all"] * len(prompts), V)
+    dec = decoder_for_ids(target, proposer, prompts, 0 if draft == "regular" else 3, 12, slots=3)
+    dec.eos = {eos}
+    steps = list(dec.steps())
+    assert [r.output for r in dec.rows] == ref and dec.rows[0].finish_reason == "eos"
+    joins = [s for s in steps if s["joined"]]
+    assert max(s["cache_holes"] / (s["cache_slots"] * s["batch_size"]) for s in joins) > 0.25
+    assert not any(s["compacted"] for s in steps)
+    assert max(s["cache_slots"] for s in steps) <= 30 + 12  # the longest prompt plus its output
+
+
+def test_simultaneous_joins_run_one_prefill(target, monkeypatch):
+    """Requests that join in the same step are prefilled together: one target forward and one
+    draft forward over all of them, whatever their prompt lengths."""
+    from specviz.engine.ragged import RaggedCache
+
+    calls = []
+    forward = RaggedCache.forward
+
+    def counted(self, input_ids, input_valid, last_only=False, **kw):
+        if self.slots == 0:  # a fresh cache's first forward: a prefill of prompts
+            calls.append(("target" if self.model is target.model else "draft", input_valid.shape[0]))
+        return forward(self, input_ids, input_valid, last_only, **kw)
+
+    monkeypatch.setattr(RaggedCache, "forward", counted)
+    prompts = ragged_prompts(8, V, seed=47)
+    ref = reference_greedy(target, prompts, max_new=6)
+    for proposer, k in ((None, 0), (ModelDraft(perturbed_copy(target, 0.3)), 2)):
+        calls.clear()
+        dec, steps = serve(target, prompts, proposer, k, 6, slots=3)
+        assert [r.output for r in dec.rows] == ref
+        joins = [len(s["joined"]) for s in steps if s["joined"]]
+        assert max(joins) >= 2  # some rows left in the same step
+        want = [("target", n) for n in [3] + joins]
+        assert [c for c in calls if c[0] == "target"] == want
+        if proposer is not None:
+            assert [c for c in calls if c[0] == "draft"] == [("draft", n) for n in [3] + joins]
+
+
 def test_static_batches_wait_for_their_slowest_row(target):
     prompts = ragged_prompts(7, V, seed=19)
     ref = reference_greedy(target, prompts, max_new=10)
