@@ -386,3 +386,40 @@ def test_text_is_refused_for_a_feature_draft(tmp_path):
     a = parse(["--out", str(tmp_path), *TINY, "--kind", "feature", "--text", str(tmp_path)])
     with pytest.raises(SpecvizError, match="token drafts only"):
         a.func(a)
+
+
+# ---- varied prompts (specviz.prompts.varied) --------------------------------------------------
+
+
+def test_varied_heldout_prompts_share_no_slot_value_with_training_and_training_avoids_the_freeform_set():
+    from specviz.prompts.varied import HELDOUT_SLOTS as VH, TRAIN_SLOTS as VT, messages, mixed_prompts, varied_prompts
+
+    assert set(VT) == set(VH)
+    for key in VT:
+        assert not set(VT[key]) & set(VH[key]), key
+    freeform = " ".join(FREEFORM).lower()
+    assert not [v for key in VT for v in VT[key] if v.lower() in freeform]
+    train, held = varied_prompts(1000), varied_prompts(300, heldout=True)
+    assert len(set(train)) == 1000 and not set(train) & set(held) and not set(train) & set(FREEFORM)
+    assert varied_prompts(40) == train[:40]  # prefix-stable: data generation resumes
+    mixed_train, mixed_held = mixed_prompts(2000), mixed_prompts(200, heldout=True)
+    assert not set(mixed_train) & set(mixed_held) and mixed_prompts(30) == mixed_train[:30]
+    assert set(mixed_train[3::4]) <= set(varied_prompts(500)) and set(mixed_train[:3]) <= set(training_prompts(3))
+    convs = [messages(p) for p in train if len(messages(p)) > 1]
+    assert convs and all([m["role"] for m in c] == ["user", "assistant", "user"] for c in convs)
+    assert messages("Is [x] a list?") == [{"role": "user", "content": "Is [x] a list?"}]
+
+
+def test_multi_turn_prompts_encode_every_message_and_single_ones_as_a_run_does(target):
+    from specviz.distill.data import encode_chat
+    from specviz.prompts.varied import messages, varied_prompts
+
+    tok = target.tokenizer
+    conv = next(p for p in varied_prompts(50) if len(messages(p)) > 1)
+    single = "Why do cats purr?"
+    ids = encode_chat(tok, [single, conv])
+    assert ids[0] == encode_prompts(tok, [single])[0]
+    text = tok.decode(ids[1])
+    for m in messages(conv):
+        assert m["content"] in text
+    assert text.endswith(tok.decode(encode_prompts(tok, ["x"])[0]).split("x")[-1])  # ends with the assistant cue

@@ -60,6 +60,10 @@ def add_distill_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="where the draft, report.json and README.md go")
     p.add_argument("--data", metavar="DIR", help="data shards (default OUT/data); reruns resume and reuse them")
     p.add_argument("--samples", type=int, default=2000, help="training prompts the target answers")
+    p.add_argument("--prompts", default="templated", choices=["templated", "mixed"],
+                   help="templated: specviz.prompts.gen's task templates (the shipped draft's); mixed: every 4th prompt "
+                        "from specviz.prompts.varied (paraphrase, multi-turn, code, lists, short and long answers); "
+                        "held-out prompts follow the same choice from disjoint lists")
     p.add_argument("--val-samples", type=int, default=64, help="held-out prompts answered greedily (checkpoint choice)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per generated answer")
     p.add_argument("--gen-batch-size", type=int, default=32, help="rows per data-generation batch")
@@ -156,7 +160,11 @@ def _samples(a, target, kind: Kind, data: Path):
     """Generate (or resume) the data and read it: (train samples, held-out samples, engine
     evaluation prompts, generation seconds)."""
     from specviz.prompts.gen import heldout_prompts, training_prompts
+    from specviz.prompts.varied import mixed_prompts
 
+    if a.prompts == "mixed":
+        training_prompts = lambda n, seed=0: mixed_prompts(n, seed)  # noqa: E731
+        heldout_prompts = lambda n, seed=0: mixed_prompts(n, seed, heldout=True)  # noqa: E731
     t0 = time.perf_counter()
     train_prompts = training_prompts(a.samples, a.seed)
     val_prompts = heldout_prompts(a.val_samples, seed=1) if a.val_samples else []
@@ -222,7 +230,8 @@ def cmd_distill(a) -> int:
     if kind.layers:
         a.layers = kind.layers
     _check_data_meta(data, {"target": a.target, "dtype": dtype_name, "max_new_tokens": a.max_new_tokens, "topk": a.topk,
-                            "seed": a.seed, "gen_batch_size": a.gen_batch_size, **dict(kind.meta)})
+                            "seed": a.seed, "gen_batch_size": a.gen_batch_size, **dict(kind.meta),
+                            **({"prompts": a.prompts} if a.prompts != "templated" else {})})
 
     # ---- 1. data
     train_samples, val_samples, eval_prompts, gen_s = _samples(a, target, kind, data)

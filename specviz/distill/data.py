@@ -81,6 +81,24 @@ def decode_batch(target, prompts, ids, temperature: float, max_new: int, topk: i
     return dec.rows, labels, feats
 
 
+def encode_chat(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt as the target sees it: a one-message prompt exactly as a run
+    encodes it (``encode_prompts``), a multi-turn one (``specviz.prompts.varied``) through the
+    chat template with all its messages."""
+    from specviz.models.loading import encode_prompts
+    from specviz.prompts.varied import messages
+
+    out = []
+    for p in prompts:
+        msgs = messages(p)
+        if len(msgs) == 1 or not getattr(tokenizer, "chat_template", None):
+            out += encode_prompts(tokenizer, [p])
+        else:
+            text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            out.append(tokenizer.encode(text, add_special_tokens=False))
+    return out
+
+
 def prompt_batches(n: int, batch_size: int) -> list[list[int]]:
     """Prompt indices per data-generation batch j (its seed and greedy/sampled choice follow j)."""
     return [list(range(j, min(n, j + batch_size))) for j in range(0, n, batch_size)]
@@ -98,8 +116,6 @@ def answer_batches(target, prompts: list[str], todo, max_new: int, topk: int, se
     """
     from tqdm import tqdm
 
-    from specviz.run import encode_prompts
-
     label = desc if workers == 1 else f"{desc} (1 of {workers} workers)"
     bar = tqdm(total=sum(len(idx) for _, idx in todo) * max_new, desc=label, unit="tok", file=sys.stderr,
                smoothing=0.1, mininterval=2, disable=worker > 0)  # one bar: worker 0's share
@@ -112,7 +128,7 @@ def answer_batches(target, prompts: list[str], todo, max_new: int, topk: int, se
             break
         batch = [prompts[i] for i in idx]
         temperature = 0.0 if j % greedy_every == 0 else SAMPLE_TEMPERATURE
-        rows, labels, feats = decode_batch(target, batch, encode_prompts(target.tokenizer, batch), temperature,
+        rows, labels, feats = decode_batch(target, batch, encode_chat(target.tokenizer, batch), temperature,
                                            max_new, topk, seed * 1000 + j, features)
         bar.update(len(idx) * max_new)
         yield j, idx, temperature, rows, labels, feats

@@ -11,9 +11,10 @@ import numpy as np
 def eval_acceptance(target, proposer, prompts: list[str], ks, max_new: int, batch_size: int) -> dict:
     """Greedy speculative decoding on ``prompts`` at each k; acceptance, fitted alpha, tokens/s."""
     from specviz.analysis.tracestats import alpha_from_accepted
-    from specviz.run import decoder_for_ids, encode_prompts
+    from specviz.distill.data import encode_chat
+    from specviz.run import decoder_for_ids
 
-    ids = encode_prompts(target.tokenizer, prompts)
+    ids = encode_chat(target.tokenizer, prompts)
     out = {}
     for k in [0, *ks]:
         drafted = accepted = row_steps = tokens = 0
