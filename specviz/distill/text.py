@@ -116,40 +116,50 @@ def _title(name: str, text: str) -> str:
     return first[:80]
 
 
-def chunk_documents(docs, tokenizer, chunk_tokens: int = 256, max_tokens: int | None = None) -> list[dict]:
-    """Each document cut at paragraph ends into answers of <= ``chunk_tokens`` tokens (a longer
-    paragraph is cut inside), each framed as a chat turn. Deterministic: same files, same chunks.
-    Stops once the answers hold ``max_tokens`` tokens."""
+def _doc_chunks(name: str, text: str, sha: str, tokenizer, chunk_tokens: int):
+    """One document's chunks in order (a generator: a document is tokenized only as far as it is used)."""
     from specviz.models.loading import encode_prompts
 
+    prompt = f"Tell me about: {_title(name, text)}"
+    prompt_ids = encode_prompts(tokenizer, [prompt])[0]
+
+    def chunk(ids):
+        return {"prompt": prompt, "prompt_ids": prompt_ids, "output_ids": ids, "source": name, "source_sha256": sha}
+
+    cur: list[int] = []
+    for para in (p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()):
+        ids = tokenizer.encode(("\n\n" if cur else "") + para, add_special_tokens=False)
+        fresh = True  # ids still hold the whole paragraph
+        while ids:
+            room = chunk_tokens - len(cur)
+            if len(ids) > room and cur:  # close the chunk (at the paragraph end when fresh)
+                yield chunk(cur)
+                cur = []
+                if fresh:  # the paragraph starts the next chunk, without the separator
+                    ids = tokenizer.encode(para, add_special_tokens=False)
+                continue
+            cur, ids, fresh = cur + ids[:room], ids[room:], False
+    if len(cur) > 1:
+        yield chunk(cur)
+
+
+def chunk_documents(docs, tokenizer, chunk_tokens: int = 256, max_tokens: int | None = None) -> list[dict]:
+    """Each document cut at paragraph ends into answers of <= ``chunk_tokens`` tokens (a longer
+    paragraph is cut inside), each framed as a chat turn; the documents take turns (one chunk
+    each, round robin) so a token budget spreads over every source. Deterministic: same files,
+    same chunks. Stops once the answers hold ``max_tokens`` tokens."""
+    live = [_doc_chunks(n, t, sha, tokenizer, chunk_tokens) for n, t, sha in docs]
     chunks, total = [], 0
-    for name, text, sha in docs:
-        prompt = f"Tell me about: {_title(name, text)}"
-        prompt_ids = encode_prompts(tokenizer, [prompt])[0]
-        cur: list[int] = []
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
-        for para in paragraphs:
-            ids = tokenizer.encode(("\n\n" if cur else "") + para, add_special_tokens=False)
-            fresh = True  # ids still hold the whole paragraph
-            while ids:
-                room = chunk_tokens - len(cur)
-                if len(ids) > room and cur:  # close the chunk (at the paragraph end when fresh)
-                    chunks.append({"prompt": prompt, "prompt_ids": prompt_ids, "output_ids": cur, "source": name,
-                                   "source_sha256": sha})
-                    total += len(cur)
-                    cur = []
-                    if max_tokens is not None and total >= max_tokens:
-                        return chunks
-                    if fresh:  # the paragraph starts the next chunk, without the separator
-                        ids = tokenizer.encode(para, add_special_tokens=False)
-                    continue
-                cur, ids, fresh = cur + ids[:room], ids[room:], False
-        if len(cur) > 1:
-            chunks.append({"prompt": prompt, "prompt_ids": prompt_ids, "output_ids": cur, "source": name,
-                           "source_sha256": sha})
-            total += len(cur)
-        if max_tokens is not None and total >= max_tokens:
-            break
+    while live:
+        for g in list(live):
+            c = next(g, None)
+            if c is None:
+                live.remove(g)
+                continue
+            chunks.append(c)
+            total += len(c["output_ids"])
+            if max_tokens is not None and total >= max_tokens:
+                return chunks
     return chunks
 
 
