@@ -83,6 +83,7 @@ NEEDS_NO_CHECK = {
     "dtype": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "kind": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "vllm_action": "choices=: argparse refuses anything else in one line (OneLineParser)",
+    "peer": "choices=; --peer vllm's draft and temperature: specviz.peers.bench.check_peer, before any load",
 }
 RUN_COMMANDS = ("run", "bench", "calibrate", "sweep")
 DEFAULT_CONTEXT = 8192  # SmolLM2-135M-Instruct (the packaged GGUF's llama.context_length) before its first conversion

@@ -182,6 +182,8 @@ def cmd_bench(a) -> int:
 
     cfg = _config(a)
     cfg.validate()
+    if a.peer == "vllm":  # a real vLLM server beside our engine (specviz.peers.bench)
+        return cmd_vllm(a, cfg)
     passes = len(cfg.every_prompt()) * cfg.batch_size * cfg.max_new_tokens
     bar = _progress(a.repeats * 2 * passes, "bench")
     rounds, stop = [], Stop(at_once=True)  # a part-round time is not comparable: Ctrl-C drops it, keeps the rest
@@ -312,14 +314,14 @@ def cmd_sweep(a) -> int:
     return 0
 
 
-def cmd_vllm(a) -> int:
+def cmd_vllm(a, cfg=None) -> int:
     from specviz.interrupts import Interrupted, Stop
     from specviz.peers.command import run_vllm
 
     stop = Stop(at_once=True)  # the server's context manager stops it on the way out
     try:
         with stop:
-            return run_vllm(a)
+            return run_vllm(a, cfg)
     except Interrupted:
         print(f"specviz: interrupted ({stop.signal}): the vLLM server was stopped", file=sys.stderr)
         return stop.exit_code
@@ -340,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(pb)
     pb.add_argument("--repeats", type=int, default=3)
     pb.add_argument("--no-peer", action="store_true", help="skip transformers' generate() peer")
+    pb.add_argument("--peer", choices=["transformers", "vllm"], default="transformers", help="vllm: a real server")
     pb.add_argument("--peer-draft", metavar="SPEC",
                     help="the peer's draft when it differs from ours (transformers cannot run a feature draft)")
     pc = sub.add_parser("calibrate", help="fit the cost model of the target and draft on this device")

@@ -91,6 +91,9 @@ OWN = {
         (["--repeats", "0"], "repeats must be at least 1"),
         (["--peer-draft", "ngram:x"], "--peer-draft ngram:N wants N"),
         (["--peer-draft", "/definitely/missing/model.gguf"], "model file not found"),
+        (["--peer", "nope"], "argument --peer: invalid choice"),
+        (["--peer", "vllm"], "the vLLM peer bench runs ngram or regular decoding"),  # the default draft
+        (["--peer", "vllm", "--draft", "ngram", "--temperature", "0.7"], "compares greedy outputs"),
     ],
     "calibrate": [
         (["--batch-sizes", "0,2"], "--batch-sizes must be comma-separated integers from 1"),

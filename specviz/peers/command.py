@@ -1,12 +1,16 @@
-"""``python -m specviz vllm serve``: its arguments and the command (the CLI adds the signal handling).
+"""``python -m specviz vllm serve`` and ``bench --peer vllm``: arguments and commands (the CLI adds the
+signal handling).
 
     python -m specviz vllm serve --target default [--draft ngram|SPEC] --draft-length K [--port P]
+    python -m specviz bench --peer vllm --draft ngram|none --draft-length K --batch-size B [--requests N]
 
 Its flags are checked in specviz.checks (check_vllm_args) before anything starts, like every
 subcommand's.
 """
 
 from __future__ import annotations
+
+import sys
 
 from specviz.peers.server import ServeConfig, serve
 
@@ -37,7 +41,17 @@ def config_of(a) -> ServeConfig:
                        startup_timeout_s=a.startup_timeout, compile=not a.no_compile)
 
 
-def run_vllm(a) -> int:
-    """Blocks while the server runs; returns only through an error or the caller's signal handling."""
-    serve(config_of(a))
+def run_vllm(a, cfg=None) -> int:
+    """``vllm serve`` (blocks while the server runs; ends through an error or the caller's signal
+    handling), or ``bench --peer vllm`` with its RunConfig ``cfg``."""
+    if a.cmd == "vllm":
+        serve(config_of(a))
+        return 0
+    from specviz.peers.bench import check_peer, format_result, peer_bench
+
+    check_peer(cfg)
+    for res in peer_bench(cfg, rounds=a.repeats,
+                          on_round=lambda i, o, v: print(f"round {i + 1}: ours {o:.1f}, vLLM {v:.1f} tokens/s",
+                                                         file=sys.stderr, flush=True)):
+        print(format_result(res))
     return 0

