@@ -219,6 +219,30 @@ def test_ctrl_c_stops_the_server_and_exits_130(model_dir, fake, capsys, monkeypa
     assert wait_gone(pids[0]) and wait_gone(fake.child_pid())
 
 
+# ---- the peer bench's client ----------------------------------------------------------------------------
+
+def test_concurrent_streamed_requests_come_back_in_request_order_with_their_timings(model_dir, fake):
+    from fakevllm import continuation
+
+    from specviz.peers.bench import vllm_round
+
+    fake.mode("serve")
+    prompts = [[1, 2, 3], [50], [9, 9], [4, 40, 4], [77]]
+    with srv.VllmServer(srv.ServeConfig(target=str(model_dir))) as server:
+        wall, reqs = vllm_round(server.url, "m", prompts, 5, concurrency=2)
+    assert [q.output_token_ids for q in reqs] == [continuation(p, 5) for p in prompts]
+    assert all(0 < q.ttft_s <= q.latency_s <= wall and q.tpot_s == pytest.approx((q.latency_s - q.ttft_s) / 4)
+               for q in reqs)
+
+
+@pytest.mark.parametrize("a,b,where", [([1, 2, 3], [1, 2, 3], None), ([1, 2, 3], [1, 5, 3], 1),
+                                       ([1, 2], [1, 2, 3], 2), ([], [4], 0)])
+def test_first_difference_is_the_first_position_that_differs_or_where_one_output_stops(a, b, where):
+    from specviz.peers.bench import first_difference
+
+    assert first_difference(a, b) == where
+
+
 # ---- the real server (opt-in) ------------------------------------------------------------------------------
 
 real = pytest.mark.skipif(
