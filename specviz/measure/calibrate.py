@@ -2,6 +2,10 @@
 size x tokens per row (with a cached prefix of realistic length), fit a roofline per model
 (specviz.analysis.analytic.fit_cost_model), and measure the engine's per-step overhead from short real
 runs. Results are cached per (model, dtype, device) so the app and the sweeps reuse them.
+
+calibrate_synthetic does the same for random-weight models of a named shape (``synthetic:llama-7b``,
+specviz.models.synthetic): their costs are real measurements, their acceptance means nothing, so
+the record is cost-side only and its target name says synthetic.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ import torch
 
 from specviz.analysis.analytic import CostModel, fit_cost_model
 from specviz.analysis.costs import Calibration, calibration_path, load_calibration  # noqa: F401
-from specviz.common import write_atomic
+from specviz.common import SpecvizError, write_atomic
 from specviz.engine.decoder import _sync
-from specviz.models.loading import encode_prompts
+from specviz.engine.proposers import ModelDraft, NgramDraft
+from specviz.models import synthetic
+from specviz.models.loading import encode_prompts, resolve_device, resolve_dtype
 from specviz.run import decoder_for_ids, load_pair
 from specviz.engine.ragged import RaggedCache
 
@@ -125,3 +131,27 @@ def calibrate_config(cfg, batch_sizes, k_max: int = 8, prefix_len: int = 128, pr
     tick = progress(calibration_steps(proposer, batch_sizes, k_max)) if progress else None
     cal = calibrate(target, proposer, batch_sizes, k_max, prefix_len, progress=tick)
     return cal, calibration_path(target.name, cal.draft, target.device, target.dtype)
+
+
+def calibrate_synthetic(target: str = "synthetic:llama-7b", draft: str = "synthetic:llama-160m", device: str = "auto",
+                        dtype: str = "auto", batch_sizes=(1, 2, 4, 8, 16, 32, 64), k_max: int = 8,
+                        prefix_len: int = 128, progress=None):
+    """Cost-side calibration of a random-weight target (and a random-weight draft, or ``ngram``) built
+    from a config on ``device`` (no weights to download: a bare GPU host can run it). The record is
+    the same :class:`Calibration`, written where ``calibration_path`` says, named ``synthetic:...``.
+    Returns (calibration, the file it was written to)."""
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    target_model = synthetic.build(target, dev, dt, seed=0)
+    V = target_model.model.config.vocab_size
+    if draft == "ngram":
+        proposer = NgramDraft(max_ngram=3, device=dev)
+    else:
+        draft_model = synthetic.build(draft, dev, dt, seed=1)
+        if draft_model.model.config.vocab_size != V:
+            raise SpecvizError(f"{draft} has {draft_model.model.config.vocab_size} tokens, {target} has {V}: "
+                               "pick a draft shape of the same vocabulary")
+        proposer = ModelDraft(draft_model, vocab_size=V)
+    tick = progress(calibration_steps(proposer, batch_sizes, k_max)) if progress else None
+    cal = calibrate(target_model, proposer, batch_sizes, k_max, prefix_len, progress=tick)
+    return cal, calibration_path(target_model.name, cal.draft, target_model.device, target_model.dtype)
