@@ -45,6 +45,20 @@ def optimal_k_curve(batch_sizes: Sequence[int], ks: Sequence[int], measured: Seq
                  yaxis={"title": "k* (draft tokens per step)", "range": [-0.3, top_k + 0.5], **int_ticks(top_k)})
 
 
+def optimal_k_compare(batch_sizes: Sequence[int], series: dict[str, Sequence[int]]) -> go.Figure:
+    """k*(b) of several cost models on one chart (e.g. the small pair and a 7B-shaped target), one line each."""
+    fig = go.Figure()
+    for name, ks in series.items():
+        fig.add_trace(go.Scatter(x=list(batch_sizes), y=list(ks), mode="lines+markers", name=name, line_shape="hv"))
+    ticks = [t for t in BATCH_TICKS if t <= max(list(batch_sizes) + [1])]
+    top_k = max([k for ks in series.values() for k in ks] + [1])
+    return style(fig, "Best draft length k*(b): the small pair and a 7B-shaped target", 340,
+                 xaxis={"title": "batch size b (rows)", "type": "log", "tickvals": ticks,
+                        "ticktext": [str(t) for t in ticks]},
+                 yaxis={"title": "k* (draft tokens per step)", "range": [-0.3, top_k + 0.5], **int_ticks(top_k)},
+                 legend={"orientation": "h", "y": -0.3})
+
+
 def bk_heatmap(batch_sizes: Sequence[int], ks: Sequence[int], z: Sequence[Sequence[float | None]],
                title: str = "Speedup by batch size and draft length") -> go.Figure:
     """z[i][j] = speedup at batch_sizes[i], ks[j] (None = not measured)."""
