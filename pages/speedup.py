@@ -4,7 +4,7 @@ the last run's b, k, α and c, with that run's measured point (and the sweep's) 
 import streamlit as st
 
 from specviz.analysis import analytic as an
-from specviz.analysis.costs import trace_calibration
+from specviz.analysis.costs import synthetic_calibrations, trace_calibration
 from specviz.analysis.explain import batch_gain_reason, measured_speedup
 from specviz.app import modelcharts, state as appstate, tokentext
 
@@ -121,3 +121,32 @@ left.plotly_chart(modelcharts.optimal_k_curve(all_b, [an.optimal_k(bb, alpha, co
 ks = list(range(K_MAX + 1))
 right.plotly_chart(modelcharts.bk_heatmap(BATCHES, ks, [[speedup(bb, kk) for kk in ks] for bb in BATCHES],
                                           title="Predicted speedup by (b, k)"), key="bk_heatmap")
+
+# k*(b) at a BASS-like scale: a random-weight 7B-shaped target's measured costs (bench/gpu_check.sh on a
+# GPU, or bench/gpu_synthetic.py calibrate), with this page's α, next to the pair above
+st.subheader("At a 7B scale (synthetic: timing only)")
+synthetic = synthetic_calibrations()
+if not synthetic:
+    st.caption("No synthetic calibration yet: `bash bench/gpu_check.sh` on a GPU measures the costs of a random-weight "
+               "Llama-2-7B-shaped target and llama-160m-shaped draft (bench/results/gpu-*/calibration-synthetic-*.json).")
+else:
+    labels = [f"{c.target} + {c.draft} ({c.device}, {c.dtype}, {c.created or 'undated'})" for _, c in synthetic]
+    pick = st.selectbox("synthetic calibration", labels, key="sp_synth")
+    path, big = synthetic[labels.index(pick)]
+    small_name = f"{cal.target} + {cal.draft} ({cal.device}, {cal.dtype})" if cal is not None else "illustrative roofline"
+    ks_small = [an.optimal_k(bb, alpha, costs_at(bb), K_MAX) for bb in all_b]
+    ks_big = [an.optimal_k(bb, alpha, big.costs(bb), K_MAX) for bb in all_b]
+    st.caption(f"SYNTHETIC: random weights, so only the costs are real, measured on {big.device} in {big.dtype} "
+               f"({path.name}); acceptance is the α slider's ({alpha:.3f}), the same for both.")
+    st.plotly_chart(modelcharts.optimal_k_compare(all_b, {small_name: ks_small, f"{big.target} (synthetic)": ks_big}),
+                    key="optimal_k_synthetic")
+
+    def best(cs_at, bb: int, kk: int) -> float:
+        cs = cs_at(bb)
+        return an.speedup_batch(bb, kk, alpha, cs.target, cs.draft, cs.overhead, cs.regular_overhead)
+
+    rows = ["| b | k* small pair | its speedup | k* 7B-shaped | its speedup |", "|---|---|---|---|---|"]
+    for bb in (1, 4, 8, 16, 32, 64):
+        ks, kb = ks_small[bb - 1], ks_big[bb - 1]
+        rows.append(f"| {bb} | {ks} | {best(costs_at, bb, ks):.2f}x | {kb} | {best(big.costs, bb, kb):.2f}x |")
+    st.markdown("\n".join(rows))

@@ -1,5 +1,7 @@
 """The calibration record: fitted target and draft cost models, the engine's per-step overhead,
-and where `python -m specviz calibrate` keeps it (one file per target, draft, device and dtype)."""
+and where `python -m specviz calibrate` keeps it (one file per target, draft, device and dtype).
+Records of random-weight models (target ``synthetic:...``, cost side only) are found by
+:func:`synthetic_calibrations` in the cache and in the GPU script's results under bench/results."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import numpy as np
 
 from specviz.analysis.analytic import CostModel, Costs
 from specviz.common import cache_dir
+
+SYNTHETIC = "synthetic:"  # the name prefix of random-weight models (specviz.models.synthetic)
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench" / "results"  # where bench/gpu_check.sh's results are kept
 
 
 @dataclasses.dataclass
@@ -76,3 +81,20 @@ def read_calibration(p: Path) -> Calibration | None:
         return Calibration.from_json(json.loads(p.read_text()))
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def synthetic_calibrations(folders=None) -> list[tuple[Path, Calibration]]:
+    """(file, record) of every cost-side calibration of random-weight models, newest first: the cache's
+    (``synthetic_*.json``) and those a GPU run left in bench/results (``calibration-synthetic*.json``,
+    one folder down). The same measurement found in both places counts once."""
+    folders = [cache_dir() / "calibration", RESULTS_DIR] if folders is None else [Path(f) for f in folders]
+    found: dict = {}
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for p in sorted([*folder.glob("synthetic_*.json"), *folder.glob("calibration-synthetic*.json"),
+                         *folder.glob("*/calibration-synthetic*.json")]):
+            cal = read_calibration(p)
+            if cal is not None and cal.target.startswith(SYNTHETIC):
+                found.setdefault((cal.target, cal.draft, cal.device, cal.dtype, cal.created), (p, cal))
+    return sorted(found.values(), key=lambda pc: pc[1].created, reverse=True)
