@@ -1,7 +1,7 @@
 """A stand-in for ``python -m vllm.entrypoints.openai.api_server`` in unit tests of specviz.peers.server:
 it records its command line, then behaves as $FAKE_VLLM_MODE says:
 
-  serve  answer /health, /version and streamed /v1/completions (token ids: continuation(prompt), two
+  serve  answer /health, /version, /metrics (tests/data/vllm's captured text, unchanging) and streamed /v1/completions (token ids: continuation(prompt), two
          per event, as a speculative step emits several) on --host:--port until SIGTERM; a child
          process of its own sleeps beside it (as vLLM's engine process does), its pid in
          $FAKE_VLLM_RECORD.child
@@ -16,6 +16,10 @@ import subprocess
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+METRICS = Path(__file__).resolve().parent / "data" / "vllm" / "metrics-0.32.0-after.txt"  # a real server's text
 
 
 def continuation(prompt_ids, n):
@@ -40,7 +44,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
 
     def do_GET(self):
-        body = {"/health": b"", "/version": b'{"version": "0.0-fake"}'}.get(self.path)
+        body = {"/health": b"", "/version": b'{"version": "0.0-fake"}', "/metrics": METRICS.read_bytes()}.get(self.path)
         self.send_response(200 if body is not None else 404)
         self.end_headers()
         self.wfile.write(body or b"")

@@ -235,6 +235,21 @@ def test_concurrent_streamed_requests_come_back_in_request_order_with_their_timi
                for q in reqs)
 
 
+def test_bench_peer_vllm_runs_ours_and_the_server_on_the_same_requests_and_reports_differences(fake, capsys):
+    """The command end to end with the real packaged model on our side and the fake server on the other:
+    the fake's outputs are not the model's, so every request differs, at position 0."""
+    from specviz.cli import main
+
+    fake.mode("serve")
+    assert main(["bench", "--peer", "vllm", "--draft", "ngram", "--draft-length", "2", "--prompt", "hi", "there",
+                 "--batch-size", "2", "--max-new-tokens", "3", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    argv = fake.argv()
+    assert spec_config(argv)["num_speculative_tokens"] == 2 and argv[argv.index("--max-num-seqs") + 1] == "2"
+    assert "vLLM 0.0-fake" in out and "2 requests through 2 slots" in out and "ours / vLLM tokens/s" in out
+    assert "greedy outputs differ in 2/2 requests (request: first differing position): 0: 0, 1: 0" in out, out
+
+
 @pytest.mark.parametrize("a,b,where", [([1, 2, 3], [1, 2, 3], None), ([1, 2, 3], [1, 5, 3], 1),
                                        ([1, 2], [1, 2, 3], 2), ([], [4], 0)])
 def test_first_difference_is_the_first_position_that_differs_or_where_one_output_stops(a, b, where):
