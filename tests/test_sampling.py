@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from specviz.engine.sampling import SamplingParams, Verdict, accept_reference, process_logits, sample_inverse_cdf
+from specviz.engine.sampling import (ARGMAX_CHUNK, SamplingParams, Verdict, accept_reference, argmax_last,
+                                     process_logits, sample_inverse_cdf)
 
 N = 200_000  # draws per distribution test
 V = 8
@@ -93,3 +94,21 @@ def test_inverse_cdf_never_draws_zero_probability_tokens():
     probs = torch.tensor([[0.0, 0.5, 0.0, 0.5, 0.0]]).expand(5, 5)
     u = torch.tensor([0.0, 0.25, 0.5, 0.999999, 1.0 - 1e-12])
     assert set(sample_inverse_cdf(probs, u).tolist()) <= {1, 3}
+
+
+def test_fast_argmax_gives_torchs_indices_ties_nan_and_tail_included():
+    g = torch.Generator().manual_seed(0)
+    V = 5 * ARGMAX_CHUNK + 37  # a tail past the last whole slice
+    x = torch.randn(3, 4, V, generator=g)
+    assert torch.equal(argmax_last(x), x.argmax(-1))
+    ties = torch.randint(0, 3, (40, V), generator=g).float()  # many maxima per row: the first one wins
+    assert torch.equal(argmax_last(ties), ties.argmax(-1))
+    flat = torch.zeros(6, V)
+    flat[1, V - 1] = 1.0  # the very last token
+    flat[2, 3 * ARGMAX_CHUNK] = flat[2, 4 * ARGMAX_CHUNK + 1] = 2.0  # a slice's first token, tied later
+    flat[3, 5 * ARGMAX_CHUNK + 3] = float("nan")  # NaN counts as the maximum, as in torch
+    flat[4, ARGMAX_CHUNK - 1] = flat[4, V - 2] = float("inf")
+    assert argmax_last(flat).tolist() == flat.argmax(-1).tolist() == [0, V - 1, 3 * ARGMAX_CHUNK,
+                                                                      5 * ARGMAX_CHUNK + 3, ARGMAX_CHUNK - 1, 0]
+    strided = x[:, 1:3]  # a non-contiguous view
+    assert torch.equal(argmax_last(strided), strided.argmax(-1))

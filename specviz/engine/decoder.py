@@ -28,6 +28,7 @@ from typing import Iterator
 
 import torch
 
+from specviz.engine import streams
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams, accept_reference
 from specviz.engine.treestep import tree_phases
@@ -40,7 +41,7 @@ class RowState:
     prompt_ids: list[int]  # exactly what the model saw
     output: list[int] = dataclasses.field(default_factory=list)  # generated tokens only
     finish_reason: str | None = None  # "eos" | "length" | "stopped"
-    gen: torch.Generator | None = None  # this row's own random stream
+    key: int = 0  # this row's random stream (specviz.engine.streams.row_key of the seed and index)
     drafted: int = 0
     accepted: int = 0
     steps: int = 0
@@ -121,7 +122,7 @@ class SpecDecoder:
         self.keep_hidden = keep_hidden or self.wants_features
         self.prefill_hidden = self.prefill_valid = self.verify_hidden = None
         self.rows = [
-            RowState(i, p, list(ids), gen=torch.Generator().manual_seed(seed * 1_000_003 + i))
+            RowState(i, p, list(ids), key=streams.row_key(seed, i))
             for i, (p, ids) in enumerate(zip(prompts, prompt_ids))
         ]
         self.slots = len(self.rows) if slots is None else max(1, min(int(slots), len(self.rows)))
@@ -204,8 +205,8 @@ class SpecDecoder:
         return [r.index for r in rows]
 
     def _uniforms(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-row streams: (draft [B, k], verify [B, k+1]) uniforms on the device."""
-        u = torch.stack([torch.rand(2 * k + 1, generator=r.gen) for r in self.active]).to(self.device)
+        """Per-row streams: (draft [B, k], verify [B, k+1]) uniforms, made on the device (streams.py)."""
+        u = streams.row_uniforms(self.active, 2 * k + 1, self.device)  # [B, 2k+1]
         return u[:, :k], u[:, k:]
 
     # ---- the loop --------------------------------------------------------------------------

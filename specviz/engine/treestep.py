@@ -19,6 +19,7 @@ import dataclasses
 
 import torch
 
+from specviz.engine import streams
 from specviz.engine.tree import TokenTree, accept_tree, ancestor_mask
 
 
@@ -47,11 +48,9 @@ def verify_tree(kv, last: list[int], tree: TokenTree) -> torch.Tensor:
 
 
 def row_uniforms(rows, sizes: list[int], device) -> torch.Tensor:
-    """[B, max N_b + 1]: row b's N_b + 1 uniforms from its own stream (node tests, then the final draw)."""
-    u = torch.zeros(len(rows), max(sizes, default=0) + 1)
-    for b, (r, n) in enumerate(zip(rows, sizes)):
-        u[b, : n + 1] = torch.rand(n + 1, generator=r.gen)
-    return u.to(device)
+    """[B, max N_b + 1]: row b's draws from its own stream at its step (node tests, then the final draw;
+    draws past N_b + 1 are unused)."""
+    return streams.row_uniforms(rows, max(sizes, default=0) + 1, device)
 
 
 def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, list]:
