@@ -76,8 +76,8 @@ def main() -> int:
                              on_round=lambda i, o, v: print(f"  round {i + 1}: ours {o:.1f}, vLLM {v:.1f} tok/s",
                                                             flush=True))
         for r in results:
-            print(format_result(r) + "\n", flush=True)
             rows.append(row(mode, r))
+            print(format_result(r) + "\n" + rows[-1] + "\n", flush=True)
     print("| mode | slots | requests | ours tok/s | vLLM tok/s | ours/vLLM | TTFT p50 ms ours / vLLM | "
           "TPOT p50 ms ours / vLLM | acceptance rate ours / vLLM | mean acc. length ours / vLLM | "
           "per position | greedy identical |")

@@ -176,21 +176,21 @@ def _setup(cfg: RunConfig, serve: ServeConfig | None):
 
 
 def peer_bench(cfg: RunConfig, slots: list[tuple[int, int | None]] | None = None, rounds: int = 3,
-               serve: ServeConfig | None = None, on_round=None) -> list[PeerResult]:
+               serve: ServeConfig | None = None, on_round=None):
     """Ours vs one vLLM server started here, interleaved over ``rounds``, for each (slots, requests)
-    setting (default: cfg's own; requests None = every prompt once, at least one per slot). Greedy only."""
+    setting (default: cfg's own; requests None = every prompt once, at least one per slot). Greedy only.
+    Yields a PeerResult per setting as soon as it is measured."""
     settings = slots or [(cfg.batch_size, cfg.requests)]
     ours_cfg, target, proposer, serve = _setup(cfg, serve)
     serve = dataclasses.replace(serve, max_num_seqs=max(b for b, _ in settings))
-    out = []
     with VllmServer(serve) as server:
         version = metrics.server_version(server.url)
         vllm_round(server.url, served_name(cfg.target), [[1, 2, 3]], 4, 1)  # its first request pays for allocation
         for b, n in settings:
             one = dataclasses.replace(ours_cfg, batch_size=b, requests=n or max(b, len(cfg.prompts)))
-            out.append(_measure(one, target, proposer, server, rounds, on_round))
-            out[-1].version = version
-    return out
+            res = _measure(one, target, proposer, server, rounds, on_round)
+            res.version = version
+            yield res
 
 
 def _measure(cfg: RunConfig, target, proposer, server: VllmServer, rounds: int, on_round) -> PeerResult:
