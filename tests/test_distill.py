@@ -363,7 +363,7 @@ def text_distilled(tmp_path_factory, target):
     (root / "doc.txt").write_text("\n\n".join(f"Paragraph {i}: tea is brewed from leaves and served hot or cold."
                                               for i in range(12)))
     a = parse(["--out", str(root / "out"), *TINY, "--steps", "10", "--text", str(root / "doc.txt"),
-               "--text-chunk-tokens", "32", "--text-batch-size", "2"])
+               "--text-chunk-tokens", "32", "--text-batch-size", "2", "--prompts", "mixed"])
     assert a.func(a) == 0
     return root, json.loads((root / "out" / "report.json").read_text())
 
@@ -380,6 +380,15 @@ def test_distill_with_text_trains_on_teacher_forced_labels_and_records_the_sourc
     assert len(samples) == text["samples"] and all(s["teacher_forced"] for s in samples)
     assert json.loads((root / "out" / "data" / "text-sources.json").read_text())["sha256"] == text["sha256"]
     assert not (root / "out" / "train-state.pt").exists()  # removed once the draft is saved
+
+
+def test_mixed_prompts_put_varied_prompts_in_the_generated_data(text_distilled):
+    from specviz.prompts.varied import mixed_prompts
+
+    root, report = text_distilled
+    generated = read_samples(sorted((root / "out" / "data").glob("train-*.jsonl")))
+    assert sorted(s["prompt"] for s in generated) == sorted(mixed_prompts(6))
+    assert json.loads((root / "out" / "data" / "meta.json").read_text())["prompts"] == "mixed"
 
 
 def test_text_is_refused_for_a_feature_draft(tmp_path):
