@@ -7,7 +7,8 @@ every request once with the same concurrency: ours through ``--batch-size`` slot
 N requests, a finished slot refilled), vLLM with as many client threads and ``max_num_seqs`` slots.
 Both decode greedily from the same prompt token ids (ours after the chat template; vLLM gets the
 ids, not the text). Per arm: output tokens/s over the round's wall time, TTFT and time per output
-token per request; for vLLM the spec-decode counters as deltas over its rounds (specviz.peers.metrics).
+token per request (TTFT from the start of service, ours: the request's prefill start, vLLM: a free
+client thread sending it, so waiting behind other requests is in neither); for vLLM the spec-decode counters as deltas over its rounds (specviz.peers.metrics).
 Greedy outputs are compared request by request, with the first differing position.
 """
 
@@ -206,7 +207,8 @@ def _measure(cfg: RunConfig, target, proposer, server: VllmServer, rounds: int, 
                 trace = run(cfg, target, proposer, telemetry=False)
                 assert [s["prompt_token_ids"] for s in trace["sequences"]] == prompt_ids  # the same requests
                 tok_s[0].append(tokens_per_s([trace]))
-                ttft[0].extend(s["ttft_s"] for s in trace["sequences"] if s.get("ttft_s") is not None)
+                ttft[0].extend(s["first_token_s"] - s["join_s"] for s in trace["sequences"]
+                               if s.get("first_token_s") is not None and s.get("join_s") is not None)
                 tpot[0].extend(s["tpot_s"] for s in trace["sequences"] if s.get("tpot_s") is not None)
                 traces.append(trace)
                 last[0] = [s["output_token_ids"] for s in trace["sequences"]]
