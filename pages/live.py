@@ -13,7 +13,7 @@ import zipfile
 import streamlit as st
 
 from specviz.analysis import explain
-from specviz.app import state as appstate, charts, tokentext
+from specviz.app import state as appstate, charts, tokentext, treeview
 from specviz.app.upload import read_trace_upload
 
 from specviz.prompts import sets as promptsets
@@ -207,6 +207,7 @@ def draw(trace: dict, decode, live: bool, regular: dict | None = None) -> None:
     left.plotly_chart(charts.token_latency(trace), key="token_latency")
     right.plotly_chart(charts.position_acceptance(trace), key="position_acceptance")
     left.plotly_chart(charts.utilization(trace, _util_labels()), key="utilization")
+    treeview.section(trace, decode)  # token trees only; nothing for chain runs
     st.subheader("Generated text")
     st.markdown(tokentext.legend_html(), unsafe_allow_html=True)
     rows = tokentext.token_html(trace, decode, max_rows=16)
