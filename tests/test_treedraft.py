@@ -44,6 +44,24 @@ def test_a_grown_tree_keeps_n_nodes_with_their_ancestors_and_top_w_siblings(pair
     assert [tree.row(b)["token"][0] for b in range(3)] == chain.tokens[:, 0].tolist()
 
 
+@pytest.mark.parametrize("B,k,W,N", [(1, 3, 2, 6), (3, 4, 3, 10), (8, 2, 4, 5), (3, 5, 4, 40), (2, 1, 3, 2)])
+def test_the_batched_tree_growth_equals_the_per_row_reference(pair, B, k, W, N):
+    from treedraft_reference import reference_tree
+
+    _, draft_model = pair
+    prompts = ragged_prompts(B, V, seed=20 + B + k)
+    trees = []
+    for grow in (lambda d: d.propose_tree(prompts, k, W, N, SamplingParams()), lambda d: reference_tree(d, k, W, N)):
+        draft = ModelDraft(draft_model)
+        draft.start(prompts)
+        trees.append(grow(draft))
+    got, want = trees
+    assert got.sizes() == want.sizes() == [min(N, W + (k - 1) * W * W)] * B
+    assert got.tokens.tolist() == want.tokens.tolist() and got.parents.tolist() == want.parents.tolist()
+    assert got.depth.tolist() == want.depth.tolist() and got.rank.tolist() == want.rank.tolist()
+    torch.testing.assert_close(got.probs.float(), want.probs.float(), atol=1e-5, rtol=1e-4)
+
+
 def test_after_tree_steps_the_draft_cache_equals_a_fresh_prefill_of_the_context(pair):
     target, draft_model = pair
     prompts = ragged_prompts(3, V, seed=6)

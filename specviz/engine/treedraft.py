@@ -32,8 +32,9 @@ from specviz.engine.tree import TokenTree
 class Grown:
     """What commit_tree needs from propose_tree."""
 
-    node_cand: list[list[int]]  # per row, each kept node's candidate id
-    fed_cand: list[list[int]]  # per row, the candidate id in each fed tail slot, in slot order
+    node_cand: torch.Tensor  # [B, n] each kept node's candidate id
+    fed_cand: torch.Tensor  # [B, W (k - 1)] the candidate id in each fed tail slot, in slot order
+    candidates: int  # C, candidates made per row
 
 
 def _top(draft, logits: torch.Tensor, W: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,80 +45,96 @@ def _top(draft, logits: torch.Tensor, W: int) -> tuple[torch.Tensor, torch.Tenso
     return vals.reshape(*shape, W), toks.reshape(*shape, W)
 
 
+def _best(score: torch.Tensor, n: int) -> torch.Tensor:
+    """[B, M] scores -> [B, n] column ids of the n best per row, in column (creation) order.
+    A stable sort: among equal scores the earlier candidate wins, so a child (score <= its parent's,
+    made later) never displaces its parent."""
+    return score.sort(dim=1, descending=True, stable=True).indices[:, :n].sort(dim=1).values
+
+
 @torch.inference_mode()
 def propose_tree(draft, k: int, W: int, N: int) -> TokenTree:
-    """Grow every row's tree (see the module docstring) on a ModelDraft's cache."""
+    """Grow every row's tree (see the module docstring) on a ModelDraft's cache.
+
+    Every row makes the same candidates (W at depth 1, W * W per later depth), so the growth is
+    rectangular: candidate tensors [B, C] in creation order, no per-row Python. Per candidate:
+    token, parent candidate (-1 = the root), cumulative log-probability (score); depth and sibling
+    rank are the same in every row."""
     if getattr(draft, "wants_features", False):
         raise ValueError("token trees need a token model draft (or n-grams); a feature draft drafts chains")
-    B = len(draft.pending)
     dev = draft.device
     ids, valid = draft._first_input()
+    B = ids.shape[0]
     vals, toks = _top(draft, draft.kv.forward(ids, valid, last_only=True)[:, -1], W)  # [B, W]
     root_pos = draft.kv.lengths - 1  # [B]
-    # candidates per row, in creation order: token, parent candidate (-1 = root), score, depth, rank, prob
-    cands = [[(int(toks[b, j]), -1, float(vals[b, j]), 1, j) for j in range(W)] for b in range(B)]
-    frontier = [list(range(W)) for _ in range(B)]  # candidate ids fed next
-    fed: list[list[int]] = [[] for _ in range(B)]
+    C, S = W + (k - 1) * W * W, W * (k - 1)  # candidates per row; fed tail slots per row
+    tok = torch.zeros(B, C, dtype=torch.long, device=dev)  # [B, C]
+    parent = torch.full((B, C), -1, dtype=torch.long, device=dev)  # [B, C] candidate id, -1 = the root
+    score = torch.zeros(B, C, device=dev)  # [B, C] cumulative draft log-probability
+    depth = torch.ones(C, dtype=torch.long, device=dev)  # [C]
+    rank = torch.arange(W, device=dev).repeat(1 + (k - 1) * W)  # [C] a candidate's rank among its siblings
+    tok[:, :W], score[:, :W] = toks, vals
+    frontier = torch.arange(W, device=dev).expand(B, W)  # [B, W] candidate ids fed next, creation order
+    sees = torch.zeros(B, W, S, dtype=torch.bool, device=dev)  # [B, W, S] a frontier node's ancestors' slots
+    fed = torch.zeros(B, S, dtype=torch.long, device=dev)  # [B, S] the candidate in each fed slot
+    own = torch.eye(W, dtype=torch.bool, device=dev)  # [W, W]
+    first = W  # the first candidate id of the depth being made
     for d in range(2, k + 1):
-        inp = torch.tensor([[cands[b][c][0] for c in frontier[b]] for b in range(B)], device=dev)  # [B, W]
-        fed_now = [f + fr for f, fr in zip(fed, frontier)]
-        S = len(fed_now[0])
-        tail = torch.zeros(B, W, S, dtype=torch.bool, device=dev)  # [B, W, S] a frontier node's ancestors
-        for b in range(B):
-            slot_of = {c: s for s, c in enumerate(fed_now[b])}
-            for j, c in enumerate(frontier[b]):
-                while c >= 0:  # itself, then its ancestors (all fed at earlier depths)
-                    tail[b, j, slot_of[c]] = True
-                    c = cands[b][c][1]
+        s0 = (d - 2) * W  # the frontier's slots: [s0, s0 + W)
+        fed[:, s0:s0 + W] = frontier
+        sees[:, :, s0:s0 + W] |= own  # a node sees itself, and (inherited) its ancestors
         positions = (root_pos + d - 1).unsqueeze(1).expand(B, W)  # [B, W] root + the frontier's depth
-        logits = draft.kv.forward(inp, torch.ones(B, W, dtype=torch.bool, device=dev), positions=positions,
-                                  tail_mask=tail)  # [B, W, V]
+        logits = draft.kv.forward(tok.gather(1, frontier), torch.ones(B, W, dtype=torch.bool, device=dev),
+                                  positions=positions, tail_mask=sees[:, :, :s0 + W])  # [B, W, V]
         vals, toks = _top(draft, logits, W)  # [B, W (frontier), W (children)]
-        vals, toks = vals.tolist(), toks.tolist()
-        fed = fed_now
-        for b in range(B):
-            first = len(cands[b])
-            for j, c in enumerate(frontier[b]):
-                base = cands[b][c][2]
-                cands[b] += [(toks[b][j][r], c, base + vals[b][j][r], d, r) for r in range(W)]
-            made = range(first, len(cands[b]))
-            frontier[b] = sorted(sorted(made, key=lambda c: -cands[b][c][2])[:W])  # stable: ties keep creation order
-    return _keep(draft, cands, fed, N, dev)
+        child = (score.gather(1, frontier).unsqueeze(2) + vals).reshape(B, W * W)  # [B, W * W] j-major
+        made = slice(first, first + W * W)
+        tok[:, made], score[:, made] = toks.reshape(B, W * W), child
+        parent[:, made] = frontier.repeat_interleave(W, dim=1)
+        depth[made] = d
+        if d < k:
+            best = _best(child, W)  # [B, W] the next frontier, as indices into this depth's children
+            sees = sees.gather(1, (best // W).unsqueeze(2).expand(B, W, S))  # children see what the parent saw
+            frontier = first + best
+        first += W * W
+    return _keep(draft, tok, parent, score, depth, rank, fed, N)
 
 
-def _keep(draft, cands, fed, N: int, dev) -> TokenTree:
-    rows, probs, ranks, node_cand = [], [], [], []
-    for row in cands:
-        best = sorted(range(len(row)), key=lambda c: -row[c][2])[:N]  # stable sort: ties keep creation order
-        kept = sorted(best)  # creation order: parents before children, siblings in rank order
-        local = {c: i for i, c in enumerate(kept)}
-        rows.append([(row[c][0], local[row[c][1]] if row[c][1] >= 0 else -1) for c in kept])
-        probs.append([float(torch.tensor(row[c][2] - (row[row[c][1]][2] if row[c][1] >= 0 else 0.0)).exp())
-                      for c in kept])  # the node's probability given its parent
-        ranks.append([row[c][4] for c in kept])
-        node_cand.append(kept)
-    draft._grown = Grown(node_cand, fed)
-    return TokenTree.from_rows(rows, dev, probs=probs, rank=ranks)
+def _keep(draft, tok, parent, score, depth, rank, fed, N: int) -> TokenTree:
+    """The N best candidates per row (ancestors included, see _best) as a TokenTree."""
+    B, C = tok.shape
+    dev = tok.device
+    kept = _best(score, min(N, C))  # [B, n] creation order: parents before children, siblings by rank
+    n = kept.shape[1]
+    local = torch.full((B, C), -1, dtype=torch.long, device=dev).scatter_(
+        1, kept, torch.arange(n, device=dev).expand(B, n))  # [B, C] candidate -> kept node index
+    kpar = parent.gather(1, kept)  # [B, n]
+    has = kpar >= 0
+    node_par = torch.where(has, local.gather(1, kpar.clamp(min=0)), -1)  # [B, n] row-local parent
+    par_score = torch.where(has, score.gather(1, kpar.clamp(min=0)), 0.0)  # [B, n]
+    probs = (score.gather(1, kept) - par_score).exp()  # [B, n] the node's probability given its parent
+    draft._grown = Grown(kept, fed, C)
+    return TokenTree(tok.gather(1, kept).flatten(), node_par.flatten(), depth[kept].flatten(),
+                     torch.arange(B + 1, device=dev) * n, probs.flatten(), rank[kept].flatten())
 
 
 def commit_tree(draft, paths: list[list[int]], emitted: list[list[int]]) -> None:
     """Keep the accepted path's fed slots in the draft cache, holes elsewhere; queue what was not fed."""
     grown: Grown = draft._grown
-    pending = []
-    if grown.fed_cand and grown.fed_cand[0]:
-        keep = torch.zeros(len(paths), len(grown.fed_cand[0]), dtype=torch.bool)  # [B, W (k - 1)]
-        for b, path in enumerate(paths):
-            on_path = {grown.node_cand[b][i] for i in path}
-            for s, c in enumerate(grown.fed_cand[b]):
-                keep[b, s] = c in on_path
-        draft.kv.reject_tail(keep.to(draft.device))
+    B = len(paths)
+    if grown.fed_cand.shape[1]:
+        dev = grown.fed_cand.device
+        b_idx = torch.tensor([b for b, p in enumerate(paths) for _ in p], dtype=torch.long, device=dev)
+        n_idx = torch.tensor([i for p in paths for i in p], dtype=torch.long, device=dev)
+        on_path = torch.zeros(B, grown.candidates, dtype=torch.bool, device=dev)  # [B, C] on the accepted path
+        on_path[b_idx, grown.node_cand[b_idx, n_idx]] = True
+        keep = on_path.gather(1, grown.fed_cand)  # [B, W (k - 1)] fed slots on the accepted path
+        draft.kv.reject_tail(keep)
         n_fed = keep.sum(1).tolist()
     else:
-        n_fed = [0] * len(paths)
+        n_fed = [0] * B
     draft.kv.maybe_compact()
-    for e, f in zip(emitted, n_fed):
-        pending.append(e[f:])  # the accepted nodes the draft never fed, then the final token
-    draft.pending = pending
+    draft.pending = [e[f:] for e, f in zip(emitted, n_fed)]  # accepted nodes the draft never fed, then the final token
     draft._grown = None
 
 
