@@ -36,6 +36,16 @@ def draft_spec(state) -> str:
     return kind
 
 
+# The Live page's request queue (specviz.app.queueview's controls): 0 requests = one static batch.
+QUEUE_DEFAULTS = {"requests": 0, "arrival_rate": 0.0}
+
+
+def queue_settings(state) -> dict:
+    """RunConfig fields from the queue controls: requests (None = the batch size) and arrival_rate."""
+    n = int(state.get("requests", 0) or 0)
+    return {"requests": n or None, "arrival_rate": float(state.get("arrival_rate", 0.0) or 0.0)}
+
+
 def sidebar_values(state) -> dict:
     return {k: state.get(k, v) for k, v in SIDEBAR_DEFAULTS.items()}
 
@@ -94,6 +104,8 @@ def init_state() -> None:
     st.session_state.setdefault(TRACE_KEY, None)
     st.session_state.setdefault(TRACE_SOURCE_KEY, None)
     st.session_state.setdefault(RUN_KEY, None)
+    for k, v in QUEUE_DEFAULTS.items():
+        st.session_state.setdefault(k, v)
 
 
 def current_run() -> LiveRun | None:
