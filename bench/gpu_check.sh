@@ -173,7 +173,8 @@ fi
 # ---- 2. the host floor --------------------------------------------------------------------------
 HO="$PY bench/host_overhead.py $HOST"
 if has_flag bench/host_overhead.py --device; then HO+=" --device $DEV"; HOTAG=""; else HOTAG="on this host's CPU: the script has no --device"; fi
-if [ "$HAVE_TOKENIZER" = 1 ] || ! grep -q 'get_model("default"' bench/host_overhead.py; then
+if [ "$HAVE_TOKENIZER" = 1 ] || grep -qE 'specviz\.models\.synthetic|from specviz\.models import synthetic' bench/host_overhead.py \
+   || ! grep -q 'get_model("default"' bench/host_overhead.py; then  # it runs once it has a tokenizer without the packaged model
   step host-overhead 60 "$HOTAG" "$HO"
 else
   skip host-overhead "bench/host_overhead.py reads the packaged model's tokenizer, which is not on this host"
@@ -184,9 +185,10 @@ BENCH="$PY -m specviz bench --device $DEV --dtype bfloat16 --max-new-tokens $BNE
 [ "$REAL" = 1 ] || skip bench-real "no real model on this host: the default pair's speedup is not measured"
 for b in $BS; do
   P=bench/prompts.txt; [ "$b" = 1 ] || [ "$SMOKE" = 1 ] && P=$WORK/prompts4.txt  # B = 1 runs each prompt alone: 4 of them
-  for d in "$D" ngram; do
+  DRAFTS="$D ngram"; [ "$REAL" = 1 ] || DRAFTS=ngram  # synthetic: regular's step time is the number; the model draft's cost is steps 4-5
+  for d in $DRAFTS; do
     dn=$([ "$d" = ngram ] && echo ngram || echo draft)
-    step "bench-B$b-$dn" 45 "$TAG" "$BENCH --target $T --draft $d --batch-size $b --prompts $P"
+    step "bench-B$b-$dn" 40 "$TAG" "$BENCH --target $T --draft $d --batch-size $b --prompts $P"
   done
 done
 

