@@ -432,3 +432,26 @@ def test_multi_turn_prompts_encode_every_message_and_single_ones_as_a_run_does(t
     for m in messages(conv):
         assert m["content"] in text
     assert text.endswith(tok.decode(encode_prompts(tok, ["x"])[0]).split("x")[-1])  # ends with the assistant cue
+
+
+def test_vocab_from_keeps_a_drafts_map_and_adds_the_datas_most_emitted_tokens(distilled, target):
+    import numpy as np
+
+    from specviz.distill.command import _base_map
+
+    out, _ = distilled
+    V = target.model.config.vocab_size
+    base = _base_map(str(out), VOCAB + 40, V)
+    assert len(base) == VOCAB
+    samples = read_samples(sorted((out / "data").glob("train-*.jsonl")))
+    wider = build_vocab_map(samples, VOCAB + 40, V, always=[target.tokenizer.eos_token_id, *base])
+    assert len(wider) == VOCAB + 40 and set(base) <= set(wider)
+    counts = np.zeros(V, dtype=np.int64)
+    for s in samples:
+        np.add.at(counts, np.asarray(s["output_ids"]), 1)
+        np.add.at(counts, s["topk_ids"][:, 0], 1)
+    added = sorted(set(wider) - set(base))
+    rest = [t for t in range(V) if t not in set(wider)]
+    assert counts[added].min() >= counts[rest].max()  # the added tokens are the most emitted of the rest
+    with pytest.raises(SpecvizError, match="must fit"):
+        _base_map(str(out), VOCAB, V)

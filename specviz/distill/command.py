@@ -84,6 +84,9 @@ def add_distill_parser(sub) -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--vocab", type=int, default=8192, help="output vocabulary of the draft (most emitted tokens)")
+    p.add_argument("--vocab-from", metavar="DRAFT",
+                   help="start the map with this distilled draft's map (e.g. the shipped one), then the data's most "
+                        "emitted tokens: at --vocab 24576 it covered 97.2%% of free-form target tokens (BENCHMARKS.md)")
     p.add_argument("--kind", default="token", choices=list(KINDS),
                    help="token: a small LM on tokens alone; feature: one layer fed the target's hidden states (EAGLE, "
                         "specviz/distill/feature.py)")
@@ -119,6 +122,18 @@ def _check_data_meta(data: Path, meta: dict) -> None:
             raise SpecvizError(f"data in {data} was made with other settings {diff}: pass another --data directory")
     data.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(meta))
+
+
+def _base_map(path: str, size: int, vocab_size: int) -> list[int]:
+    from specviz.models.distilled import DRAFT_FILE
+
+    f = Path(path).expanduser() / DRAFT_FILE
+    if not f.is_file():
+        raise SpecvizError(f"--vocab-from {path!r} is not a distilled draft (no {DRAFT_FILE})")
+    base = json.loads(f.read_text()).get("vocab_map") or []
+    if len(base) >= size or not all(0 <= t < vocab_size for t in base):
+        raise SpecvizError(f"--vocab-from {path!r}: its map ({len(base)} tokens) must fit in --vocab {size} and the target")
+    return base
 
 
 def _layer_ids(spec: str, layers: int, n_target: int) -> list[int]:
@@ -242,7 +257,8 @@ def cmd_distill(a) -> int:
 
     # ---- 2. draft
     torch.manual_seed(a.seed)
-    vocab_map = build_vocab_map(train_samples, a.vocab, V, always=sorted(eos_token_ids(target)))
+    base = _base_map(a.vocab_from, a.vocab, V) if a.vocab_from else []
+    vocab_map = build_vocab_map(train_samples, a.vocab, V, always=[*sorted(eos_token_ids(target)), *base])
     n_target = target.model.config.num_hidden_layers
     layer_ids = [] if kind.random_init and a.init_layers == "random" else _layer_ids(a.init_layers, a.layers, n_target)
     draft = kind.build(target, vocab_map, a.layers, layer_ids)

@@ -256,7 +256,7 @@ def build_vocab_map(samples: list[dict], size: int, vocab_size: int, always=()) 
             np.add.at(counts, np.asarray(s["output_ids"], dtype=np.int64), 1)
         np.add.at(counts, s["topk_ids"][:, 0], 1)
     order = np.lexsort((np.arange(vocab_size), -counts))  # most frequent first, then lower id
-    chosen = [int(t) for t in always if 0 <= t < vocab_size]
+    chosen = list(dict.fromkeys(int(t) for t in always if 0 <= t < vocab_size))
     seen = set(chosen)
     for t in order:
         if len(chosen) >= size:
