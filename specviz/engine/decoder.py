@@ -58,6 +58,11 @@ class RowState:
     def context(self) -> list[int]:
         return self.prompt_ids + self.output
 
+    @property
+    def last(self) -> int:
+        """The context's last token (without building the context)."""
+        return self.output[-1] if self.output else self.prompt_ids[-1]
+
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -273,34 +278,38 @@ class SpecDecoder:
     def _chain_phases(self, step: int, k: int, lap) -> tuple[int, list[dict], bool, list[RowState]]:
         """draft -> verify -> accept -> advance for chains, lap() after each; (verify width, rows, compacted, left)."""
         u_draft, u_verify = self._uniforms(k)
-        drafts, n, q = self._draft(k, u_draft)
-        w = int(n.max()) if k else 0  # widest proposal: slots past it would be holes in every row
+        drafts, n, q, widest = self._draft(k, u_draft)
+        w = (int(n.max()) if widest is None else widest) if k else 0  # slots past the widest proposal: holes in every row
         if w < k:
             drafts, q, u_verify = drafts[:, :w], (q[:, :w] if q is not None else None), u_verify[:, : w + 1]
         lap()
         logits = self._verify(drafts, n)
         lap()
         verdict = self.accept_fn(logits, drafts, n, u_verify, self.params, q)
-        num_accepted = verdict.num_accepted.tolist()
-        emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
+        # the step's one copy to the host: per row [accepted, drafted, output (w + 1), proposals (w)]
+        host = torch.cat([verdict.num_accepted.long().unsqueeze(1), n.long().unsqueeze(1), verdict.emitted.long(),
+                          drafts.long()], dim=1).tolist()  # [B, 2w + 3]
+        num_accepted = [h[0] for h in host]
+        emitted = [h[2:3 + h[0]] for h in host]
         lap()
-        proposed = [d[:m] for d, m in zip(drafts.tolist(), n.tolist())]
+        proposed = [h[3 + w:3 + w + h[1]] for h in host]
         rows, compacted, left = self._advance(step, verdict.num_accepted, num_accepted, emitted, proposed, w + 1)
         lap()
         return w + 1, rows, compacted, left
 
     def _draft(self, k: int, u: torch.Tensor):
-        """n_b <= k proposals per row: (tokens [B, k], num_drafted [B], q [B, k, V] or None)."""
+        """n_b <= k proposals per row: (tokens [B, k], num_drafted [B], q [B, k, V] or None, max n_b if the
+        proposer knows it on the host, else None)."""
         if k == 0:
             B = len(self.active)
             return (torch.empty(B, 0, dtype=torch.long, device=self.device),
-                    torch.zeros(B, dtype=torch.long, device=self.device), None)
+                    torch.zeros(B, dtype=torch.long, device=self.device), None, 0)
         prop = self.proposer.propose([r.context for r in self.active], k, self.params, u)
-        return prop.tokens, prop.num_drafted, prop.probs
+        return prop.tokens, prop.num_drafted, prop.probs, getattr(prop, "widest", None)
 
     def _verify(self, drafts: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         """ONE batched target forward over [last token, d_1..d_k] per row -> logits [B, k+1, V]."""
-        last = torch.tensor([r.context[-1] for r in self.active], device=self.device).unsqueeze(1)  # [B, 1]
+        last = torch.tensor([r.last for r in self.active], device=self.device).unsqueeze(1)  # [B, 1]
         ids = torch.cat([last, drafts.clamp(min=0)], dim=1)  # [B, k+1]
         slots = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)  # [1, k+1]
         valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes

@@ -27,6 +27,7 @@ class Proposal:
     tokens: torch.Tensor  # [B, k] draft ids, -1 past num_drafted
     num_drafted: torch.Tensor  # [B] n_b <= k
     probs: torch.Tensor | None  # [B, k, V] processed q, or None for one-hot proposals / greedy
+    widest: int | None = None  # max n_b when known on the host (saves the engine a device read), else None
 
 
 class ModelDraft:
@@ -109,7 +110,8 @@ class ModelDraft:
             n = torch.where(blocked, 0, n)
             if not bool(n.any()):  # no row has anything to draft from: no forward at all
                 self._fed = self._proposed = 0
-                return Proposal(tokens, n, None)
+                return Proposal(tokens, n, None, widest=0)
+        ragged = blocked is not None or self.stop_below > 0  # else every row drafts k: n stays k, no read needed
         probs = [] if not params.greedy else None
         inp = self._first_input()
         m = k  # draft forwards run this step
@@ -122,14 +124,14 @@ class ModelDraft:
             if self.stop_below > 0:
                 conf = torch.softmax(logits.float(), dim=-1).amax(dim=-1)  # [B] the draft's top probability
                 n = torch.where((n == k) & (conf < self.stop_below), j + 1, n)
-            if j + 1 < k and bool((n <= j + 1).all()):
+            if ragged and j + 1 < k and bool((n <= j + 1).all()):
                 m = j + 1
                 break
             if j + 1 < k:  # the k-th draft token is never fed here (see the class docstring)
                 inp = self._next_input(tok)
         self._fed = max(m - 1, 0)
         self._proposed = m
-        return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None)
+        return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None, widest=None if ragged else k)
 
     def commit(self, num_accepted: list[int], emitted: list[list[int]]) -> None:
         fed = self._fed
@@ -263,15 +265,11 @@ class NgramDraft:
         return []
 
     def propose(self, contexts, k: int, params: SamplingParams, u: torch.Tensor) -> Proposal:
-        B = len(contexts)
-        tokens = torch.full((B, k), -1, dtype=torch.long)
-        n = torch.zeros(B, dtype=torch.long)
-        for i, ctx in enumerate(contexts):
-            cont = self._lookup(ctx, k) if k else []
-            if cont:
-                tokens[i, :len(cont)] = torch.tensor(cont)
-                n[i] = len(cont)
-        return Proposal(tokens.to(self.device), n.to(self.device), None)
+        conts = [self._lookup(ctx, k) if k else [] for ctx in contexts]
+        n = [len(c) for c in conts]
+        tokens = torch.tensor([c + [-1] * (k - len(c)) for c in conts], dtype=torch.long).view(len(conts), k)  # [B, k]
+        return Proposal(tokens.to(self.device), torch.tensor(n, dtype=torch.long).to(self.device), None,
+                        widest=max(n, default=0))
 
     def commit(self, num_accepted, emitted) -> None:
         pass
