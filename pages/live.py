@@ -13,7 +13,7 @@ import zipfile
 import streamlit as st
 
 from specviz.analysis import explain
-from specviz.app import state as appstate, charts, tokentext, treeview
+from specviz.app import state as appstate, charts, tokentext, treeview, queueview
 from specviz.app.upload import read_trace_upload
 
 from specviz.prompts import sets as promptsets
@@ -62,6 +62,7 @@ with c3:
     st.checkbox("Race against regular decoding", value=True, key="race",
                 help="afterwards, run regular decoding on the same prompts: the measured speedup, the exactness "
                      "check and the race replay need it")
+    queueview.controls()  # requests through the b slots, arrival rate (continuous batching)
 st.text_area("Prompts, one per line (write a newline inside a prompt as \\n; rows cycle through them)",
              key="prompts_text", height=130)
 
@@ -81,6 +82,7 @@ def config_from_widgets() -> RunConfig:
                      temperature=float(ss["temperature"]), top_p=float(ss["top_p"]),
                      max_new_tokens=int(ss["max_new_tokens"]), seed=int(ss["seed"]),
                      mode="regular" if appstate.draft_spec(ss) == "none" else "speculative",
+                     **appstate.queue_settings(ss),
                      controller_args={"table": ss["k_table"]} if ss["controller"] == "table" else {})
 
 
@@ -202,12 +204,13 @@ def draw(trace: dict, decode, live: bool, regular: dict | None = None) -> None:
     left.plotly_chart(charts.acceptance_heatmap(trace, decode, max_hover_steps=150 if live else 400),
                       key="acceptance_heatmap")
     right.plotly_chart(charts.acceptance_rate_bars(trace), key="acceptance_rate")
-    left.plotly_chart(charts.ragged_lengths(trace), key="ragged_lengths")
+    left.plotly_chart(queueview.lengths_chart(trace), key="ragged_lengths")  # a slot timeline under a queue
     right.plotly_chart(charts.wasted_slots(trace), key="wasted_slots")
     left.plotly_chart(charts.token_latency(trace), key="token_latency")
     right.plotly_chart(charts.position_acceptance(trace), key="position_acceptance")
     left.plotly_chart(charts.utilization(trace, _util_labels()), key="utilization")
     treeview.section(trace, decode)  # token trees only; nothing for chain runs
+    queueview.draw(trace)  # request queues only; nothing for a static batch
     st.subheader("Generated text")
     st.markdown(tokentext.legend_html(), unsafe_allow_html=True)
     rows = tokentext.token_html(trace, decode, max_rows=16)

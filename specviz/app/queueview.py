@@ -1,0 +1,56 @@
+"""The Live page's request queue (issue 17): its two controls and its charts. The page calls
+``controls()`` among its widgets, ``lengths_chart(trace)`` where the ragged-lengths view goes, and
+``draw(trace)`` after its chart grid; the state keys and their RunConfig fields are
+specviz.app.state's QUEUE_DEFAULTS and queue_settings.
+
+A static run (requests = batch size, no arrivals) looks as before: the ragged-lengths chart and
+no queue section.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from specviz.app import queuecharts
+from specviz.app.charts import ragged_lengths
+
+
+def controls() -> None:
+    st.number_input("Requests through the b slots (0 = one static batch of b)", min_value=0, max_value=4096,
+                    step=1, key="requests",
+                    help="continuous batching: when a row finishes, the next request's prompt is prefilled and "
+                         "takes its slot; prompts cycle to this many requests. The race runs regular decoding "
+                         "under the same queue.")
+    st.number_input("Arrival rate, requests/s (0 = all queued at the start)", min_value=0.0, max_value=1000.0,
+                    step=0.5, key="arrival_rate", help="Poisson arrivals, seeded by Seed")
+
+
+def lengths_chart(trace: dict):
+    """The ragged-lengths view: under a queue it becomes the slot timeline."""
+    return queuecharts.slot_timeline(trace) if queuecharts.is_queued(trace) else ragged_lengths(trace)
+
+
+def summary_line(trace: dict) -> str | None:
+    s = trace.get("summary", {})
+    if s.get("latency_p50_s") is None:
+        return None
+    parts = [f"{s.get('requests_finished', 0)} of {s.get('requests', 0)} requests finished",
+             f"{s['throughput_requests_per_s']:.2f} requests/s" if s.get("throughput_requests_per_s") else None,
+             f"goodput {s['goodput_tokens_per_s']:.1f} tokens/s" if s.get("goodput_tokens_per_s") else None,
+             f"latency p50 {s['latency_p50_s']:.2f} s, p95 {s['latency_p95_s']:.2f} s",
+             f"TTFT p50 {s['ttft_p50_s']:.2f} s" if s.get("ttft_p50_s") is not None else None,
+             f"most waiting {s.get('max_queue_length', 0)}"]
+    return "; ".join(p for p in parts if p)
+
+
+def draw(trace: dict) -> None:
+    """The queue section: waiting requests and busy slots over time, per-request latencies."""
+    if not queuecharts.is_queued(trace):
+        return
+    st.subheader("Request queue")
+    line = summary_line(trace)
+    if line:
+        st.caption(line)
+    left, right = st.columns(2)
+    left.plotly_chart(queuecharts.queue_length(trace), key="queue_length")
+    right.plotly_chart(queuecharts.latency_distributions(trace), key="latency_distributions")
