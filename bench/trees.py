@@ -23,14 +23,15 @@ from specviz.measure.bench import engine_arm, interleaved, same_rows, warm_up  #
 from specviz.run import RunConfig, get_model, make_proposer, read_prompts  # noqa: E402
 
 
-def step_stats(traces: list[dict]) -> tuple[float, float, float]:
-    """(output tokens per row-step, median verify width, median verify seconds) over the traces."""
+def step_stats(traces: list[dict]) -> tuple[float, float, float, float]:
+    """(output tokens per row-step, median verify width, median verify seconds, median draft seconds)."""
     steps = [s for t in traces for s in t["steps"]]
     row_steps = [r for s in steps for r in s["rows"] if r.get("active", True)]
     out = sum(len(r["emitted"]) for r in row_steps) / max(len(row_steps), 1)
     width = statistics.median(s.get("verify_width", s["k"] + 1) for s in steps) if steps else 0
     t_verify = statistics.median(s["t_verify"] for s in steps) if steps else 0.0
-    return out, width, t_verify
+    t_draft = statistics.median(s["t_draft"] for s in steps) if steps else 0.0
+    return out, width, t_verify, t_draft
 
 
 def main() -> None:
@@ -65,13 +66,13 @@ def main() -> None:
         f"round {r + 1}: " + ", ".join(f"{lbl} {v:.1f}" for lbl, v in t.items()), flush=True))
 
     print("\n| arm | tokens/s (median) | vs regular (median of per-round ratios) | output tokens / row-step "
-          "| verify width | verify ms (median) | greedy rows = regular |")
-    print("|---|---|---|---|---|---|---|")
+          "| verify width | verify ms (median) | draft ms (median) | greedy rows = regular |")
+    print("|---|---|---|---|---|---|---|---|")
     for lbl, res in results.items():
-        out, width, t_verify = step_stats(res.traces[-1])
+        out, width, t_verify, t_draft = step_stats(res.traces[-1])
         rows = same_rows(res.traces[-1], results["regular"].traces[-1])
         print(f"| {lbl} | {res.median_tok_s:.1f} | {res.median_ratio:.2f}x | {out:.2f} | {width:g} | "
-              f"{1000 * t_verify:.1f} | {sum(rows)}/{len(rows)} |")
+              f"{1000 * t_verify:.1f} | {1000 * t_draft:.1f} | {sum(rows)}/{len(rows)} |")
 
 
 if __name__ == "__main__":
