@@ -27,6 +27,7 @@ REDRAW_S = (1.0, 8.0)  # bounds of the live redraw interval, seconds
 
 appstate.init_state()
 appstate.warm_up()  # the decode worker process starts now, not when Run is pressed
+appstate.yield_cores()  # this page's drawing runs nicer than the decode worker (specviz.app.worker)
 st.session_state.setdefault("prompts_text", promptsets.to_text(promptsets.CHAT[:4]))
 st.session_state.setdefault("redraw_s", REDRAW_S[0])
 st.session_state.setdefault("draw_s", 0.0)
@@ -260,6 +261,7 @@ def _util_labels():
 
 
 def live_view() -> None:
+    appstate.yield_cores()  # a fragment rerun may come on a fresh script thread
     t0 = time.perf_counter()
     run = appstate.current_run()
     if run is not None and run.running:

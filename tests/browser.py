@@ -59,6 +59,7 @@ def stop_process(proc: subprocess.Popen) -> None:
 
 
 last_server_pid: int | None = None  # the server streamlit_server started last (benchmarks read its CPU time)
+last_chromium_pid: int | None = None  # the chromium chromium() started last (its browser process)
 
 
 @contextlib.contextmanager
@@ -139,6 +140,8 @@ def chromium(width: int = 1600, height: int = 2400):
         [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
          "--remote-debugging-address=127.0.0.1", f"--window-size={width},{height}", "about:blank"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    global last_chromium_pid
+    last_chromium_pid = proc.pid
     try:
         active = Path(profile) / "DevToolsActivePort"
         wait_for(lambda: active.exists() and active.read_text().strip(), 30, "chromium's DevTools port")
@@ -190,8 +193,10 @@ def press_run_and_wait(tools: DevTools, load_timeout: float = 120, run_timeout: 
         wait_for(lambda: tools.js(RUN_DISABLED_JS), 30, "the run to start", interval=0.05)
     except AssertionError:
         pass  # a run shorter than one poll: it may already have ended
+    # One light check a second: each check reads the page (innerText forces a layout), and a
+    # benchmark's driver should not add work a person watching the page does not.
     wait_for(lambda: no_exception(tools) or tools.js(DONE_JS) or tools.js(ENDED_IN_ERROR_JS), run_timeout,
-             "the run to finish (download buttons)")
+             "the run to finish (download buttons)", interval=1.0)
     shown = tools.js(ERRORS_JS)
     if not tools.js(DONE_JS) and shown:
         raise AssertionError(f"the run ended in an error: {shown}")

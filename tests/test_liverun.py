@@ -250,3 +250,28 @@ def test_a_run_sent_while_an_orphaned_job_decodes_stops_that_job_and_runs(runs):
     poll_until_done(run, timeout=60)
     assert run.status == "done", (run.status, run.error)
     assert all(len(s["output_token_ids"]) == 6 for s in run.trace["sequences"])
+
+
+def test_a_worker_started_from_a_page_thread_that_yielded_the_cores_keeps_the_servers_priority():
+    """The Live page's drawing threads run nicer than the server (worker.yield_cores); a decode
+    worker started after that, e.g. to replace a dead one, must not inherit their nice value (a
+    child inherits its starting thread's), or it would lose the cores to the page's drawing."""
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    if base + 1 > 19 or worker.server_nice() == 0:
+        pytest.skip("this process already runs at the lowest priority, or SPECVIZ_SERVER_NICE=0")
+    old = worker.shared()
+    os.kill(old.proc.pid, signal.SIGKILL)
+    old.proc.wait(10)
+    got = {}
+
+    def page_thread():
+        worker.yield_cores()
+        got["page"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        got["worker"] = worker.shared()
+
+    t = threading.Thread(target=page_thread)
+    t.start()
+    t.join(120)
+    assert got["page"] == min(19, base + worker.server_nice())
+    assert got["worker"] is not old and got["worker"].alive()
+    assert os.getpriority(os.PRIO_PROCESS, got["worker"].proc.pid) == base

@@ -22,7 +22,7 @@ import time
 
 from specviz.analysis.trace import build_trace
 from specviz.app import worker as workers
-from specviz.app.worker import error_message, free_device_memory, oom_message  # noqa: F401
+from specviz.app.worker import error_message, free_device_memory, oom_message, yield_cores  # noqa: F401
 from specviz.run import RunConfig, iter_run, load_pair
 
 RUNNING = ("queued", "loading", "running", "racing")

@@ -14,7 +14,8 @@ import threading
 import streamlit as st
 
 from specviz.measure.correctness import acceptance_distribution_check, divergence_rows  # noqa: F401
-from specviz.app.liverun import HEARTBEAT_TIMEOUT_S, RUNNING, LiveRun, error_message, start_run, warm_up  # noqa: F401
+from specviz.app.liverun import (HEARTBEAT_TIMEOUT_S, RUNNING, LiveRun, error_message, start_run, warm_up,  # noqa: F401
+                                  yield_cores)
 from specviz.common import SpecvizError
 from specviz.analysis.costs import trace_calibration
 from specviz.analysis.tracestats import alpha_from_trace, decoder_for, draft_cost_ratio, predicted_speedup  # noqa: F401

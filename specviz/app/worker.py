@@ -25,6 +25,7 @@ at module level: the child sets its OpenMP environment before torch is first imp
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import pickle
@@ -42,6 +43,34 @@ from typing import Callable
 # waiting: an idle OpenMP thread sleeps instead of spinning on a core the server and the browser
 # need for the redraws.
 CHILD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+# The server's drawing steps back for the decoder (bench/browser_speed.py measures it): the Live
+# page's script thread (figures, serialisation) runs this much nicer than the server, so while
+# the worker decodes it draws in the worker's gaps instead of taking a core from one of its torch
+# threads (every op then waits for that thread). $SPECVIZ_SERVER_NICE overrides; 0: off.
+SERVER_NICE = 10
+
+
+def server_nice() -> int:
+    n = os.environ.get("SPECVIZ_SERVER_NICE", "")
+    return int(n) if n.isdigit() else SERVER_NICE
+
+
+def yield_cores() -> None:
+    """Lower the calling thread's priority by server_nice() below the process's own (Linux nice
+    is per thread). Only ever lowers it: raising needs privileges, so a thread stays nicer once it
+    is. Decode workers are started from a thread of their own (see shared()), at full priority."""
+    n = server_nice()
+    if n <= 0 or not hasattr(os, "setpriority"):
+        return
+    tid = threading.get_native_id()
+    try:
+        want = min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + n)
+        if os.getpriority(os.PRIO_PROCESS, tid) < want:
+            os.setpriority(os.PRIO_PROCESS, tid, want)
+    except OSError:
+        pass
 
 
 def worker_threads() -> int:
@@ -297,6 +326,10 @@ class Worker:
 
 _shared: Worker | None = None
 _shared_lock = threading.Lock()
+# Workers start from one thread of their own, made by the first shared() call (warm_up(), before
+# the page lowers its thread's priority with yield_cores()): a child process inherits the nice
+# value of the thread that starts it, so a worker replaced later keeps full priority too.
+_spawner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="specviz-worker-spawner")
 
 
 def shared() -> Worker:
@@ -304,7 +337,7 @@ def shared() -> Worker:
     global _shared
     with _shared_lock:
         if _shared is None or not _shared.alive():
-            _shared = Worker()
+            _shared = _spawner.submit(Worker).result()
         return _shared
 
 
