@@ -73,3 +73,23 @@ def test_greedy_outputs_equal_with_and_without_it(monkeypatch):
     monkeypatch.setenv("SPECVIZ_LEAN_FORWARD", "0")
     ref, _ = decode(target, prompts, None, 0, max_new=12)
     assert [r.output for r in lean.rows] == [r.output for r in ref.rows]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_logits_into_a_reused_buffer_are_the_fresh_logits_bit_for_bit(dtype):
+    """The decoder's verify writes logits into one buffer its cache reuses (reuse_logits): the same
+    numbers as the output layer's own fresh tensor, at every width, and earlier results are not kept."""
+    loaded = tiny_llama(64, layers=2, dtype=dtype)
+    prompts = ragged_prompts(3, 64)
+    fresh, reused = RaggedCache(loaded.model), RaggedCache(loaded.model)
+    ids, valid = left_pad(prompts, 0, torch.device("cpu"))
+    fresh.forward(ids, valid, last_only=True)
+    reused.forward(ids, valid, last_only=True)
+    g = torch.Generator().manual_seed(1)
+    for T in (3, 1, 4, 2):  # the buffer is a view of one storage that grows and shrinks with the width
+        ids = torch.randint(1, 64, (3, T), generator=g)
+        valid = torch.ones(3, T, dtype=torch.bool)
+        a = fresh.forward(ids, valid)
+        b = reused.forward(ids, valid, reuse_logits=True)
+        assert b.shape == a.shape == (3, T, 64) and torch.equal(a, b)
+        assert b.data_ptr() == reused._logits_store.data_ptr()  # it did go into the buffer

@@ -313,7 +313,7 @@ class SpecDecoder:
         ids = torch.cat([last, drafts.clamp(min=0)], dim=1)  # [B, k+1]
         slots = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)  # [1, k+1]
         valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes
-        logits = self.kv.forward(ids, valid)
+        logits = self.kv.forward(ids, valid, reuse_logits=True)  # [B, k+1, V], dead by the next verify
         self.verify_hidden = self.kv.hidden  # None unless keep_hidden
         return logits
 

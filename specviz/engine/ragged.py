@@ -74,7 +74,7 @@ class RaggedCache:
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor | None, input_valid: torch.Tensor, last_only: bool = False,
                 inputs_embeds: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-                tail_mask: torch.Tensor | None = None) -> torch.Tensor:
+                tail_mask: torch.Tensor | None = None, reuse_logits: bool = False) -> torch.Tensor:
         """Append T slots per row and run the model over them.
 
         input_ids:   [B, T] token ids (anything at invalid slots), or None with inputs_embeds
@@ -83,6 +83,8 @@ class RaggedCache:
         positions:   [B, T] explicit position ids (token trees: prefix length + depth), else counted
         tail_mask:   [B, T, S] which of the last S slots each new slot may see (a tree node: its
                      ancestors and itself; fastllama.visible)
+        reuse_logits: the logits go into a buffer this cache reuses (lean forward only): the caller
+                     is done with the previous call's logits (the decoder's verify)
         returns logits [B, T, V] (or [B, 1, V] for the last slot when last_only)
         """
         B, T = input_valid.shape
@@ -96,8 +98,10 @@ class RaggedCache:
         self.valid = torch.cat([self.valid, input_valid], dim=1)  # [B, L+T]
         self.lengths = self.lengths + input_valid.sum(dim=1)
         if self.lean:
+            buf = self._logits_buffer(B, T) if reuse_logits and not last_only and not self.keep_hidden else None
             out = fastllama.forward(self.model, input_ids, self.valid, positions, self.cache, last_only,
-                                    inputs_embeds=inputs_embeds, return_hidden=self.keep_hidden, tail_mask=tail_mask)
+                                    inputs_embeds=inputs_embeds, return_hidden=self.keep_hidden, tail_mask=tail_mask,
+                                    logits_out=buf)
             if self.keep_hidden:
                 out, self.hidden = out
             return out
@@ -120,6 +124,14 @@ class RaggedCache:
         if self.keep_hidden:
             self.hidden = captured[-1]
         return out.logits
+
+    def _logits_buffer(self, B: int, T: int) -> torch.Tensor:
+        """[B, T, V] view of one storage that grows to the largest verify so far."""
+        W = self.model.lm_head.weight  # [V, hidden]
+        n = B * T * W.shape[0]
+        if getattr(self, "_logits_store", None) is None or self._logits_store.numel() < n:
+            self._logits_store = torch.empty(n, dtype=W.dtype, device=W.device)
+        return self._logits_store[:n].view(B, T, W.shape[0])
 
     def _mask_4d(self, T: int, tail_mask: torch.Tensor) -> torch.Tensor:
         """transformers' custom-mask form of fastllama.visible: [B, 1, T, L] additive (0 or the dtype's min)."""

@@ -144,7 +144,7 @@ def visible(valid: torch.Tensor, T: int, tail_mask: torch.Tensor | None = None) 
 @torch.inference_mode()
 def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, cache,
             last_only: bool = False, inputs_embeds: torch.Tensor | None = None, return_hidden: bool = False,
-            tail_mask: torch.Tensor | None = None):
+            tail_mask: torch.Tensor | None = None, logits_out: torch.Tensor | None = None):
     """Logits [B, T, V] (or [B, 1, V]) for T new slots per row.
 
     valid: [B, L + T] bool, the whole cache's validity mask including the new slots (the
@@ -152,6 +152,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     replaces the token embedding (a feature draft's fused input). With ``return_hidden`` the
     result is (logits, hidden [B, T, hidden]): the final-norm output at every slot, what the
     output layer reads (a feature draft's input). ``tail_mask`` [B, T, S]: see ``visible``.
+    ``logits_out``: a [B, T, V] tensor the logits are written into (returned) when it fits.
     """
     cfg = model.config
     inner = model.model
@@ -188,4 +189,14 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     if last_only:
         h = h[:, -1:]
     h = _rms_norm(h.contiguous(), inner.norm)
-    return model.lm_head(h)
+    return _head(model, h, logits_out)
+
+
+def _head(model, h: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The output layer, into ``out`` when it fits: a caller's reused buffer saves allocating (and, past
+    glibc's 32 MB mmap threshold, page-faulting) B x T x V fresh floats per forward."""
+    head = model.lm_head
+    if (out is None or getattr(head, "bias", None) is not None or out.dtype != h.dtype
+            or tuple(out.shape) != (*h.shape[:-1], head.weight.shape[0])):
+        return head(h)
+    return torch.matmul(h, head.weight.t(), out=out)  # what F.linear computes without a bias
