@@ -18,20 +18,22 @@
 #   bash bench/gpu_check.sh --out "$OUT" [--commit SHA] [--budget 470] [--synthetic]   # on the GPU host
 #   bash bench/gpu_check.sh --cpu-smoke --out DIR   # every step's command on tiny shapes on a CPU (~1 min)
 #   bash bench/gpu_check.sh --dry-run               # write the steps and their commands, run nothing
+#   bash bench/gpu_check.sh --out "$OUT" --only calibrate-synthetic-7b,kernel-bench   # a rerun of some steps
 # Env: PY (the python; default .venv/bin/python if it has torch, else python3);
 #      GPU_CHECK_LIMITS="step=seconds,..." overrides a step's own time limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-SMOKE=0 DRY=0 FORCE_SYNTH=0 OUT="" COMMIT="" BUDGET=""
+SMOKE=0 DRY=0 FORCE_SYNTH=0 OUT="" COMMIT="" BUDGET="" ONLY=""
 while [ $# -gt 0 ]; do
   case $1 in
     --out) OUT=$2; shift 2 ;;
     --commit) COMMIT=$2; shift 2 ;;
     --budget) BUDGET=$2; shift 2 ;;
+    --only) ONLY=",$2,"; shift 2 ;;
     --synthetic) FORCE_SYNTH=1; shift ;;
     --cpu-smoke) SMOKE=1; FORCE_SYNTH=1; shift ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n "2,$(( $(grep -n '^set -uo' "$0" | cut -d: -f1) - 1 ))p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -83,6 +85,9 @@ step() {  # step NAME LIMIT LABEL COMMAND: run COMMAND (bash) under its limit, o
   section "$name" "$label" "$cmd"
   echo "== $N. $name${label:+ ($label)}"
   if [ "$DRY" = 1 ]; then record "$name" "dry run: not run, limit $limit s" 0; return; fi
+  if [ -n "$ONLY" ] && [ "$name" != synthetic-models ] && [ "${ONLY#*,$name,}" = "$ONLY" ]; then
+    record "$name" "not selected (--only)" 0; return
+  fi
   left=$(( DEADLINE - $(date +%s) ))
   if [ "$left" -lt 10 ]; then record "$name" "skipped: ${left} s left of the ${BUDGET} s budget" 0; return; fi
   [ "$limit" -gt "$left" ] && limit=$left
