@@ -58,7 +58,8 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
     active = list(dec.active)
     contexts = [r.context for r in active]
     if k:
-        tree = dec.proposer.propose_tree(contexts, k, dec.tree.width, dec.tree.nodes, dec.params)
+        width, nodes = getattr(dec.controller, "shape", (dec.tree.width, dec.tree.nodes))  # a shape policy's pick
+        tree = dec.proposer.propose_tree(contexts, k, width, nodes, dec.params)
     else:
         tree = empty_tree(len(active), dec.device)
     sizes = tree.sizes()
@@ -79,6 +80,8 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
     else:
         dec.proposer.commit(num_accepted, emitted)
     trees = {r.index: {**tree.row(b), "path": paths[b]} for b, r in enumerate(active)}
+    if k and hasattr(dec.controller, "observe_trees"):  # treepolicy.TreeShapes: acceptance by depth x rank
+        dec.controller.observe_trees(list(trees.values()))
     proposed = [t["token"] for t in trees.values()]
     rows, left = dec._retire(step, num_accepted, emitted, proposed)
     for rec in rows:
