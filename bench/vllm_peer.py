@@ -65,9 +65,10 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--draft-length", type=int, default=4)
     ap.add_argument("--prompts", default=str(Path(__file__).resolve().parent / "prompts.txt"))
+    ap.add_argument("--num-prompts", type=int, default=None, help="the first N prompts of the file")
     ap.add_argument("--no-compile", action="store_true", help="vLLM without torch.compile (eager)")
     a = ap.parse_args()
-    prompts = read_prompts(a.prompts)
+    prompts = read_prompts(a.prompts)[: a.num_prompts]
     rows = []
     for mode in a.modes.split(","):
         cfg = RunConfig(prompts=prompts, draft="none" if mode == "regular" else mode, draft_length=a.draft_length,
