@@ -414,6 +414,8 @@ def test_varied_heldout_prompts_share_no_slot_value_with_training_and_training_a
     mixed_train, mixed_held = mixed_prompts(2000), mixed_prompts(200, heldout=True)
     assert not set(mixed_train) & set(mixed_held) and mixed_prompts(30) == mixed_train[:30]
     assert set(mixed_train[3::4]) <= set(varied_prompts(500)) and set(mixed_train[:3]) <= set(training_prompts(3))
+    big = mixed_prompts(20000)  # past the ~4,000 varied prompts the rest are templated, still distinct and stable
+    assert len(set(big)) == 20000 and big[:2000] == mixed_train and set(big) >= set(varied_prompts(4000))
     convs = [messages(p) for p in train if len(messages(p)) > 1]
     assert convs and all([m["role"] for m in c] == ["user", "assistant", "user"] for c in convs)
     assert messages("Is [x] a list?") == [{"role": "user", "content": "Is [x] a list?"}]

@@ -138,12 +138,13 @@ def _fill(rng: random.Random, template: str, s: dict) -> str:
     first = rng.choice(["What is {subject}?", "Can you explain {subject}?", "Tell me about {subject}."]).format(subject=subject)
     msgs = [{"role": "user", "content": first},
             {"role": "assistant", "content": rng.choice(_REPLIES).format(subject=subject.capitalize())},
-            {"role": "user", "content": values["followup"]}]
+            {"role": "user", "content": values["followup"] + rng.choice(SUFFIXES)}]
     return json.dumps(msgs)
 
 
-def varied_prompts(n: int, seed: int = 0, heldout: bool = False) -> list[str]:
-    """n distinct prompts, the kinds in turn; the first n of a longer draw are the same prompts."""
+def varied_prompts(n: int, seed: int = 0, heldout: bool = False, short_ok: bool = False) -> list[str]:
+    """n distinct prompts, the kinds in turn; the first n of a longer draw are the same prompts.
+    When the slot lists hold fewer, ValueError, or with ``short_ok`` all there are."""
     slots = HELDOUT_SLOTS if heldout else TRAIN_SLOTS
     rng = random.Random((20_000 if heldout else 0) + seed)
     kinds = sorted(KINDS)
@@ -151,6 +152,8 @@ def varied_prompts(n: int, seed: int = 0, heldout: bool = False) -> list[str]:
     while len(out) < n:
         live = [k for k in kinds if misses[k] < 300]  # a kind that drew 300 repeats in a row is used up
         if not live:
+            if short_ok:
+                return out
             raise ValueError(f"could not draw {n} distinct varied prompts (space exhausted at {len(out)})")
         kind = live[turn % len(live)]
         turn += 1
@@ -166,11 +169,11 @@ def varied_prompts(n: int, seed: int = 0, heldout: bool = False) -> list[str]:
 
 def mixed_prompts(n: int, seed: int = 0, heldout: bool = False, every: int = 4) -> list[str]:
     """n prompts, every ``every``-th a varied one, the rest ``specviz.prompts.gen``'s templated ones
-    (the held-out split of both when ``heldout``); prefix-stable like both."""
+    (the held-out split of both when ``heldout``); prefix-stable like both. Once the varied
+    prompts run out (about 4,000 for training), the rest are templated."""
     from specviz.prompts.gen import heldout_prompts, training_prompts
 
-    n_varied = n // every
-    varied = varied_prompts(n_varied, seed, heldout)
-    templated = (heldout_prompts if heldout else training_prompts)(n - n_varied, seed)
+    varied = varied_prompts(n // every, seed, heldout, short_ok=True)  # all there are, if fewer
+    templated = (heldout_prompts if heldout else training_prompts)(n - len(varied), seed)
     it_v, it_t = iter(varied), iter(templated)
-    return [next(it_v) if i % every == every - 1 else next(it_t) for i in range(n)]
+    return [next(it_v) if i % every == every - 1 and i // every < len(varied) else next(it_t) for i in range(n)]
