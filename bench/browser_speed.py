@@ -276,26 +276,31 @@ def main() -> None:
     ap.add_argument("--server-env", nargs="*", default=[], metavar="K=V")
     ap.add_argument("--compare", nargs="*", default=None, metavar="K=V",
                     help="a second server with these variables on top of --server-env, run in the same rounds")
+    ap.add_argument("--compare-root", metavar="DIR",
+                    help="the second server runs the app of this checkout instead (e.g. `git archive` of the previous "
+                         "commit), with --compare's variables if given")
     ap.add_argument("--idle", type=float, default=5.0, help="seconds of the page sitting idle to measure (0: skip)")
     ap.add_argument("--trace", metavar="FILE", help="also one page run under a DevTools trace, written to FILE")
     a = ap.parse_args()
     env = dict(kv.split("=", 1) for kv in a.server_env)
-    setups = [("page", env)]
-    if a.compare is not None:
-        setups.append(("page " + " ".join(a.compare), {**env, **dict(kv.split("=", 1) for kv in a.compare)}))
+    setups = [("page", env, ROOT)]
+    if a.compare is not None or a.compare_root:
+        extra = a.compare or []
+        name = " ".join(["page", *([a.compare_root] if a.compare_root else []), *extra])
+        setups.append((name, {**env, **dict(kv.split("=", 1) for kv in extra)}, Path(a.compare_root or ROOT)))
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(promptsets.to_text(PROMPTS))
     print(f"load average at start: {load()}; server env: {env or 'inherited'}", flush=True)
     log = tempfile.TemporaryFile()
-    got_all = {name: [] for name, _ in setups}
+    got_all = {name: [] for name, _, _ in setups}
     got_all["cli"] = []
     try:
         warm_cli, tokens = cli_run(f.name)
         print(f"warm-up CLI run: {warm_cli:.1f} tokens/s, {tokens} output tokens", flush=True)
         with contextlib.ExitStack() as stack:
             arms = []
-            for name, e in setups:
-                url = stack.enter_context(browser.streamlit_server(log=log, env=e))
+            for name, e, root in setups:
+                url = stack.enter_context(browser.streamlit_server(log=log, env=e, root=root))
                 server = browser.last_server_pid
                 tools = stack.enter_context(browser.chromium())
                 tools.call("Performance.enable")
@@ -323,7 +328,7 @@ def main() -> None:
                 for name in got:
                     got_all[name].append(got[name])
                 print(f"round {r + 1}: " + ", ".join(f"{n} {v:.1f}" for n, v in got.items()) + " tokens/s; "
-                      + ", ".join(f"{n}/CLI {got[n] / got['cli']:.2f}" for n, _ in setups) + f" (load {load()})",
+                      + ", ".join(f"{n}/CLI {got[n] / got['cli']:.2f}" for n, _, _ in setups) + f" (load {load()})",
                       flush=True)
     except BaseException:
         log.seek(0)
@@ -334,7 +339,7 @@ def main() -> None:
     if not got_all["cli"]:
         return
     mc = statistics.median(got_all["cli"])
-    for name, _ in setups:
+    for name, _, _ in setups:
         mp = statistics.median(got_all[name])
         ratios = [p / c for p, c in zip(got_all[name], got_all["cli"])]
         print(f"median over {a.rounds} rounds: {name} {mp:.1f} tokens/s, CLI {mc:.1f} tokens/s; "

@@ -63,9 +63,10 @@ last_chromium_pid: int | None = None  # the chromium chromium() started last (it
 
 
 @contextlib.contextmanager
-def streamlit_server(log=None, env: dict | None = None):
-    """`streamlit run app.py` on a free loopback port; yields its URL. Its output goes to ``log``
-    (a binary file; a temporary one by default, whose tail is printed at exit)."""
+def streamlit_server(log=None, env: dict | None = None, root: Path = ROOT):
+    """`streamlit run app.py` in ``root`` (this checkout; a benchmark may pass another one) on a
+    free loopback port; yields its URL. Its output goes to ``log`` (a binary file; a temporary one
+    by default, whose tail is printed at exit)."""
     port = free_port()
     env = {**os.environ, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", **(env or {})}
     own_log = log is None
@@ -73,7 +74,7 @@ def streamlit_server(log=None, env: dict | None = None):
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
          "--server.address", "127.0.0.1", "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
     global last_server_pid
     last_server_pid = proc.pid
     try:
