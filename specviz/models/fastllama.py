@@ -103,8 +103,16 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rotated * sin
 
 
-def _attention(q, k, v, allowed, scale, groups):
-    """q [B, H, T, d], k/v [B, Hkv, L, d], allowed [B, 1, T, L] bool -> [B, T, H * d]."""
+def _grouped_blocked(allowed: torch.Tensor, groups: int) -> torch.Tensor:
+    """[B, 1, T, L] allowed -> [B, 1, groups * T, L] masked-out slots of the grouped-matmul path."""
+    B, _, T, L = allowed.shape
+    return ~allowed.expand(B, groups, T, L).reshape(B, 1, groups * T, L)
+
+
+def _attention(q, k, v, allowed, scale, groups, blocked=None):
+    """q [B, H, T, d], k/v [B, Hkv, L, d], allowed [B, 1, T, L] bool -> [B, T, H * d].
+
+    blocked: ``_grouped_blocked(allowed, groups)`` when the caller built it once for every layer."""
     B, H, T, d = q.shape
     if T >= MANY_QUERIES:  # prefill-sized: the fused kernel (kv heads repeated: works on any torch 2.x)
         if groups > 1:
@@ -114,8 +122,9 @@ def _attention(q, k, v, allowed, scale, groups):
     Hkv = k.shape[1]
     qg = q.reshape(B, Hkv, groups * T, d).float()  # the query heads sharing one kv head, stacked
     scores = torch.matmul(qg, k.float().transpose(2, 3)) * scale  # [B, Hkv, groups*T, L], float32
-    mask = allowed.expand(B, groups, T, allowed.shape[-1]).reshape(B, 1, groups * T, -1)
-    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    if blocked is None:
+        blocked = _grouped_blocked(allowed, groups)
+    probs = torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1)
     out = torch.matmul(probs, v.float()).to(q.dtype)  # [B, Hkv, groups*T, d]
     return out.reshape(B, H, T, d).transpose(1, 2).reshape(B, T, H * d)
 
@@ -168,6 +177,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     cos, sin = inner.rotary_emb(h, position_ids)  # [B, T, d]
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [B, T, 1, d]: broadcast over heads
     allowed = visible(valid, T, tail_mask).unsqueeze(1)  # [B, 1, T, L]
+    blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES else None  # once per forward, not per layer
 
     for i, layer in enumerate(inner.layers):
         attn, mlp = layer.self_attn, layer.mlp
@@ -178,7 +188,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
         k = qk[:, :, H:].transpose(1, 2)  # [B, Hkv, T, d]
         v = qkv[:, :, H + Hkv:].transpose(1, 2)
         k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
-        h = h + F.linear(_attention(q, k, v, allowed, scale, groups), attn.o_proj.weight)
+        h = h + F.linear(_attention(q, k, v, allowed, scale, groups, blocked), attn.o_proj.weight)
         x = _rms_norm(h, layer.post_attention_layernorm)
         gate, up = F.linear(x, layer._specviz_gate_up).chunk(2, dim=-1)
         h = h + F.linear(F.silu(gate) * up, mlp.down_proj.weight)
