@@ -457,3 +457,28 @@ def test_vocab_from_keeps_a_drafts_map_and_adds_the_datas_most_emitted_tokens(di
     assert counts[added].min() >= counts[rest].max()  # the added tokens are the most emitted of the rest
     with pytest.raises(SpecvizError, match="must fit"):
         _base_map(str(out), VOCAB, V)
+
+
+def test_generation_interrupted_mid_run_resumes_to_what_one_uninterrupted_run_writes(tmp_path, target, monkeypatch):
+    import specviz.distill.data as data
+
+    kwargs = dict(prompts=training_prompts(6), name="train", max_new=4, batch_size=2, topk=4, seed=3)
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "cut").mkdir()
+    data.generate_data(target, data=tmp_path / "whole", **kwargs)  # batches 0, 2 greedy, 1 sampled
+    real, calls = data.decode_batch, []
+
+    def dies_in_the_third_batch(*args, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(data, "decode_batch", dies_in_the_third_batch)
+    with pytest.raises(KeyboardInterrupt):
+        data.generate_data(target, data=tmp_path / "cut", **kwargs)
+    monkeypatch.setattr(data, "decode_batch", real)
+    assert sorted(_records(tmp_path / "cut", "train")) == [0, 1, 2, 3]
+    data.generate_data(target, data=tmp_path / "cut", **kwargs)
+    assert _records(tmp_path / "cut", "train") == _records(tmp_path / "whole", "train")
+    assert len((tmp_path / "cut" / "train-0.jsonl").read_text().splitlines()) == 6
