@@ -12,6 +12,7 @@ A proposer keeps whatever per-row state it needs and follows the engine's rows:
 
 from __future__ import annotations
 
+import array
 import dataclasses
 
 import torch
@@ -256,12 +257,22 @@ class NgramDraft:
         pass
 
     def _lookup(self, ctx: list[int], k: int) -> list[int]:
+        """What followed the latest earlier occurrence of the last n tokens (longest n first), or [].
+
+        The scan runs in C: the context as 4-byte words, ``bytes.rfind`` for the tail's bytes, and a
+        match that does not start on a word boundary skipped (retried further left)."""
         L = len(ctx)
+        if L < 2:
+            return []
+        buf = array.array("I", ctx).tobytes()  # 4 bytes per token id (ids are < 2**32)
         for n in range(min(self.max_ngram, L - 1), 0, -1):
-            tail = ctx[L - n:]
-            for s in range(L - n - 1, -1, -1):  # latest match first, excluding the tail itself
-                if ctx[s:s + n] == tail:
+            tail = buf[4 * (L - n):]
+            end = 4 * (L - 1)  # a match starting at s <= L - n - 1 lies within buf[:4 (L - 1)]
+            while (pos := buf.rfind(tail, 0, end)) >= 0:
+                if pos % 4 == 0:  # on a token boundary: the latest match
+                    s = pos // 4
                     return ctx[s + n:s + n + k]
+                end = pos + len(tail) - 1  # matches starting before pos only
         return []
 
     def propose(self, contexts, k: int, params: SamplingParams, u: torch.Tensor) -> Proposal:
