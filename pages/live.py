@@ -311,10 +311,9 @@ def live_charts() -> None:  # the charts of the run so far, every chart_s
         st.caption(f"The charts are drawn every {interval:.0f} s while the run goes, and in full when it ends.")
         return
     draw_charts(trace, appstate.trace_decoder(trace), live=True)
-    draw_s = time.perf_counter() - t0
-    cost = draw_s * (1 + BROWSER_FACTOR)
-    st.caption(f"live: text every {TEXT_S:.0f} s, charts every {interval:.0f} s (last: {draw_s * 1e3:.0f} ms here, "
-               f"~{BROWSER_FACTOR:.0f}x in the browser: {100 * cost / interval:.0f}% of a core); decoding has its own process")
+    cost = (draw_s := time.perf_counter() - t0) * (1 + BROWSER_FACTOR)
+    st.caption(f"live: text every {TEXT_S:.0f} s, charts every {interval:.0f} s (last: {draw_s * 1e3:.0f} ms here, ~"
+               f"{BROWSER_FACTOR:.0f}x in the browser: {100 * cost / interval:.0f}% of a core); decoding has its own process")
     st.session_state["chart_s_next"] = wanted = min(CHART_S[1], max(CHART_S[0], cost / DRAW_BUDGET))
     if wanted > 2 * interval:  # far over budget (a big batch): slow down now, not only from the next run
         st.session_state["chart_s"] = wanted
@@ -323,6 +322,7 @@ def live_charts() -> None:  # the charts of the run so far, every chart_s
 
 if running:
     st.session_state["_live_fragment"] = True
+    appstate.quiet_redraws()
     st.fragment(live_view, run_every=TEXT_S)()
     st.fragment(live_charts, run_every=st.session_state["chart_s"])()
 else:

@@ -196,6 +196,24 @@ def test_slider_moved_mid_run_then_stop_keeps_partial_output(monkeypatch):
     assert any("row 0" in m.value for m in at.markdown)
 
 
+def test_while_a_run_goes_the_page_redraws_without_fades_and_its_charts_on_their_own_clock(monkeypatch):
+    """Issue 13: while a run goes, Streamlit's fades and running icon are off (they kept the
+    browser compositing frames), the charts say how often they redraw, and all is back after it."""
+    monkeypatch.setattr(liverun, "iter_run", workerfakes.endless_iter_run)
+    at = new_app()
+    run = start_live_run(at, batch=1, max_new=400, prompts="Count from one to one thousand in words.")
+    while run.running and len(run.steps) < 2:
+        run.join(0.1)
+    at.run()
+    assert any(m.value == appstate.QUIET_REDRAWS_CSS for m in at.markdown)
+    assert any(c.value.startswith("live: text every 1 s, charts every 4 s") for c in at.caption)
+    assert "acceptance_heatmap" in {el.key for el in at.get("plotly_chart")}
+    at.button(key="stop").click().run()
+    finish(at, run, timeout=60)
+    assert not any(m.value == appstate.QUIET_REDRAWS_CSS for m in at.markdown)
+    assert not any(c.value.startswith("live: text every") for c in at.caption)
+
+
 def test_second_session_is_queued_while_the_model_lock_is_held():
     lock = appstate.model_lock()
     assert lock.acquire(timeout=30)

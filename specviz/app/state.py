@@ -165,3 +165,19 @@ def _banner() -> None:
     if run is not None and run.running:
         st.info(f"A run is {run.status} in the background (b={run.cfg.batch_size}, "
                 f"k={run.cfg.draft_length}); switching pages does not stop it. Stop it on the Live page.")
+
+
+# While a run goes, the Live page's fragments redraw every second or so. Streamlit fades each
+# element of a rerunning fragment ("stale": an opacity transition per element) and animates its
+# status widget's running icon; in the browser every fade is a composited animation (the DevTools
+# trace of a run: ~150 opacity animations, frames at up to 60 a second), CPU the decoder loses.
+QUIET_REDRAWS_CSS = """<style>
+[data-testid="stElementContainer"], [data-testid="stStatusWidget"] { transition: none !important; animation: none !important; }
+[data-testid="stElementContainer"][data-stale="true"] { opacity: 1 !important; }
+[data-testid="stStatusWidgetRunningIcon"] { display: none !important; }
+</style>"""
+
+
+def quiet_redraws() -> None:
+    """No fades or running animations on this page until its next full rerun."""
+    st.markdown(QUIET_REDRAWS_CSS, unsafe_allow_html=True)
