@@ -3,7 +3,12 @@ interleaved in one process (specviz.measure.bench.interleaved), against the same
 batches, with the steady-state model's prediction next to each measurement.
 
     python bench/continuous.py [--requests 32] [--batch-size 8] [--max-new-tokens 64] [--rounds 3]
-                               [--ks 1,2] [--dtype bfloat16] [--draft default]
+                               [--ks 1,2] [--dtype bfloat16] [--draft default] [--rotate R] [--out F.json]
+    python bench/continuous.py --merge A.json B.json ...   # pool the rounds of several runs
+
+A long measurement can be split into short runs (each with --out, and --rotate 0, 1, 2, ... so
+the arm order keeps rotating across runs); --merge pools their rounds: median tokens/s and median
+per-round ratio over all rounds, the mean of the runs' predictions.
 
 Requests: bench/prompts.txt then specviz.prompts.sets.CHAT (chat prompts the shipped draft never
 saw), cycled to --requests, all queued at t = 0. Arms: regular and fixed k under the refilled
@@ -69,8 +74,12 @@ def main() -> int:
     ap.add_argument("--draft", default="default")
     ap.add_argument("--no-static", action="store_true")
     ap.add_argument("--no-goodput", action="store_true")
-    ap.add_argument("--out", help="write the medians and predictions as JSON")
+    ap.add_argument("--out", help="write the medians, every round and the predictions as JSON")
+    ap.add_argument("--rotate", type=int, default=0, help="start the arm order this many places on")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="pool the rounds of earlier --out files; runs nothing")
     a = ap.parse_args()
+    if a.merge:
+        return merge(a.merge)
 
     prompts = read_prompts(os.path.join(HERE, "prompts.txt")) + list(CHAT)
     base = RunConfig(draft=a.draft, prompts=prompts, batch_size=a.batch_size, requests=a.requests,
@@ -92,7 +101,8 @@ def main() -> int:
         cfgs[f"static k={ks[0]}"] = (dataclasses.replace(base, draft_length=ks[0], static=True), proposer)
     for cfg, prop in cfgs.values():
         warm_up(dataclasses.replace(cfg, requests=None), target, prop)
-    arms = {lbl: engine_arm(cfg, target, prop) for lbl, (cfg, prop) in cfgs.items()}
+    order = list(cfgs)[a.rotate % len(cfgs):] + list(cfgs)[: a.rotate % len(cfgs)]
+    arms = {lbl: engine_arm(cfgs[lbl][0], target, cfgs[lbl][1]) for lbl in order}
     res = interleaved(arms, a.rounds, reference="regular",
                       on_round=lambda r, got: print(f"round {r + 1}: " + "  ".join(f"{k} {v:.1f}" for k, v in got.items()),
                                                     flush=True))
@@ -101,7 +111,8 @@ def main() -> int:
     print(f"{'arm':<16} {'tok/s':>7} {'vs regular':>10} {'accept':>7} {'p50 lat':>8} {'p95 lat':>8} "
           f"{'predicted tok/s':>15} {'pred/meas':>9} {'k used':>8}")
     table = {}
-    for lbl, r in res.items():
+    for lbl in cfgs:
+        r = res[lbl]
         cfg, prop = cfgs[lbl]
         trace = r.traces[-1][0]
         s = trace["summary"]
@@ -112,7 +123,9 @@ def main() -> int:
             k_model = cfg.draft_length if cfg.mode == "speculative" and cfg.controller == "fixed" else round(k_mean)
             pred = predict(trace, costs, a.batch_size, k_model if prop is not None else 0, cfg.static,
                            getattr(prop, "kind", "") in ("model", "feature"))
-        table[lbl] = {"tok_s": r.median_tok_s, "ratio": r.median_ratio, "ratios": r.ratio,
+        table[lbl] = {"tok_s": r.median_tok_s, "ratio": r.median_ratio, "ratios": r.ratio, "tok_s_rounds": r.tok_s,
+                      "compactions": sum(st["compacted"] for st in trace["steps"]),
+                      "joins": sum(bool(st["joined"]) for st in trace["steps"]),
                       "acceptance": r.acceptance, "latency_p50_s": s["latency_p50_s"],
                       "latency_p95_s": s["latency_p95_s"], "ttft_p50_s": s["ttft_p50_s"], "predicted_tok_s": pred,
                       "mean_k": k_mean, "join_prefill_s": s["join_prefill_s"], "wall_s": s["wall_s"]}
@@ -133,6 +146,35 @@ def main() -> int:
     if a.out:
         with open(a.out, "w") as f:
             json.dump(table, f, indent=1)
+    return 0
+
+
+def merge(paths: list[str]) -> int:
+    """Pool the rounds of several --out files: one table over all of them."""
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            runs.append(json.load(f))
+    arms = list(dict.fromkeys(k for r in runs for k in r if k != "ceiling"))  # every arm of every run, in order
+    reg_pred = statistics.mean(r["regular"]["predicted_tok_s"] for r in runs if r["regular"].get("predicted_tok_s"))
+    print(f"{len(paths)} runs, {sum(len(r['regular']['tok_s_rounds']) for r in runs)} rounds pooled")
+    print(f"{'arm':<16} {'tok/s':>7} {'vs regular':>10} {'accept':>7} {'p50 lat':>8} {'p95 lat':>8} {'compact':>7} "
+          f"{'pred tok/s':>10} {'pred/meas':>9} {'pred ratio':>10} {'k used':>7}")
+    for lbl in arms:
+        got = [r[lbl] for r in runs if lbl in r]
+        tok = statistics.median(x for g in got for x in g["tok_s_rounds"])
+        ratio = statistics.median(x for g in got for x in g["ratios"])
+        preds = [g["predicted_tok_s"] for g in got if g.get("predicted_tok_s")]
+        pred = statistics.mean(preds) if preds else float("nan")
+        acc = [g["acceptance"] for g in got if g.get("acceptance") is not None and g["acceptance"] == g["acceptance"]]
+        mean = lambda key: statistics.mean(g[key] for g in got)  # noqa: E731
+        print(f"{lbl:<16} {tok:7.1f} {ratio:9.2f}x {(statistics.mean(acc) if acc else float('nan')):7.3f} "
+              f"{mean('latency_p50_s'):8.2f} {mean('latency_p95_s'):8.2f} {mean('compactions'):7.1f} {pred:10.1f} "
+              f"{pred / tok:9.2f} {pred / reg_pred:9.2f}x {mean('mean_k'):7.2f}")
+    ceil = [r["ceiling"] for r in runs if "ceiling" in r]
+    if ceil:
+        print("steady-state ceiling (mean over runs): " + "  ".join(
+            f"k={k}: {statistics.mean(c[k] for c in ceil):.3f}x" for k in ceil[0]))
     return 0
 
 
