@@ -36,6 +36,7 @@ INTS = {
     "topk": (1, None), "steps": (0, None), "vocab": (1, None), "layers": (1, None), "eval_every": (1, None),
     "eval_prompts": (1, None), "eval_max_new_tokens": (1, None), "cost_rounds": (1, None),
     "cost_prefix_len": (1, None), "threads": (0, 4096),
+    "text_tokens": (1, None), "text_chunk_tokens": (2, None), "text_batch_size": (1, MAX_ROWS),  # distill --text
     "requests": (1, None),  # run's request queue (issue 17); None = the batch size
     "tree_width": (1, None), "tree_nodes": (1, None),  # token trees (issue 16)
     "port": (0, 65535), "max_model_len": (16, None), "max_num_seqs": (1, MAX_ROWS),  # vllm serve (issue 20)
@@ -70,6 +71,8 @@ CHECKED = {
     "out_dir": "a writable folder (made if missing), not a file",
     "data": "a folder (made if missing), not a file",
     "init_layers": "first, random (feature drafts) or --layers ids below the target's layer count",
+    "text": "existing files or folders of written text, for token drafts only",
+    "vocab_from": "a distilled draft's folder (its draft file is there)",
 }
 NEEDS_NO_CHECK = {
     "help": "argparse prints the help",
@@ -365,6 +368,16 @@ def check_distill_args(a) -> None:
     feature = a.kind == "feature"
     if a.init_layers == "random" and not feature:
         raise SpecvizError("--init-layers random is for --kind feature; a token draft starts from target layers")
+    for path in a.text or []:
+        if not Path(path).expanduser().exists():
+            raise SpecvizError(f"--text {path!r}: no such file or folder")
+    if a.text and feature:
+        raise SpecvizError(f"--text labels token drafts only (a {a.kind} draft also needs the target's features)")
+    if a.vocab_from:
+        from specviz.models.distilled import DRAFT_FILE
+
+        if not (Path(a.vocab_from).expanduser() / DRAFT_FILE).is_file():
+            raise SpecvizError(f"--vocab-from {a.vocab_from!r} is not a distilled draft (no {DRAFT_FILE})")
     cfg = _config_json(target_dir) or {}
     n_target, vocab = cfg.get("num_hidden_layers"), cfg.get("vocab_size")
     if a.init_layers not in ("first", "random"):
