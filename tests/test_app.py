@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 
@@ -206,7 +207,8 @@ def test_while_a_run_goes_the_page_redraws_without_fades_and_its_charts_on_their
         run.join(0.1)
     at.run()
     assert any(m.value == appstate.QUIET_REDRAWS_CSS for m in at.markdown)
-    assert any(c.value.startswith("live: text every 1 s, charts every 4 s") for c in at.caption)
+    # every 4 s, or longer when this machine drew them slowly (the interval follows the draw time)
+    assert any(re.match(r"live: text every 1 s, charts every \d+ s", c.value) for c in at.caption)
     assert "acceptance_heatmap" in {el.key for el in at.get("plotly_chart")}
     at.button(key="stop").click().run()
     finish(at, run, timeout=60)
