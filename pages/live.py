@@ -69,9 +69,7 @@ st.text_area("Prompts, one per line (write a newline inside a prompt as \\n; row
 
 run = appstate.current_run()
 running = run is not None and run.running
-b1, b2, _ = st.columns([1, 1, 6])
-start = b1.button("Run", key="run", type="primary", disabled=running)
-stop = b2.button("Stop", key="stop", disabled=not running)
+start = bool(st.session_state.get("run")) and not running  # read before the buttons: they show the run it starts
 
 
 def config_from_widgets() -> RunConfig:
@@ -106,6 +104,9 @@ if start:
         st.session_state[appstate.RUN_KEY] = run
         running = True
         time.sleep(0.05)  # let the worker take the lock (or find it taken) before the first draw
+b1, b2, _ = st.columns([1, 1, 6])
+b1.button("Run", key="run", type="primary", disabled=running)
+stop = b2.button("Stop", key="stop", disabled=not running)
 if stop and run is not None:
     run.stop()
     st.info("Stopping after the current step; what was generated stays visible.")
@@ -304,8 +305,7 @@ def live_charts() -> None:  # the charts of the run so far, every chart_s
     run = appstate.current_run()
     if run is None or not run.running:
         return  # live_view's fragment reruns the whole page now
-    t0 = time.perf_counter()
-    trace = run.snapshot()
+    t0, trace = time.perf_counter(), run.snapshot()
     interval = st.session_state["chart_s"]
     if not trace.get("steps"):
         st.caption(f"The charts are drawn every {interval:.0f} s while the run goes, and in full when it ends.")

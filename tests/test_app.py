@@ -199,10 +199,13 @@ def test_slider_moved_mid_run_then_stop_keeps_partial_output(monkeypatch):
 
 def test_while_a_run_goes_the_page_redraws_without_fades_and_its_charts_on_their_own_clock(monkeypatch):
     """Issue 13: while a run goes, Streamlit's fades and running icon are off (they kept the
-    browser compositing frames), the charts say how often they redraw, and all is back after it."""
+    browser compositing frames), the charts say how often they redraw, and all is back after it.
+    The page that starts the run already shows Run disabled and Stop enabled (no rerun comes
+    before the run ends)."""
     monkeypatch.setattr(liverun, "iter_run", workerfakes.endless_iter_run)
     at = new_app()
     run = start_live_run(at, batch=1, max_new=400, prompts="Count from one to one thousand in words.")
+    assert at.button(key="run").disabled and not at.button(key="stop").disabled
     while run.running and len(run.steps) < 2:
         run.join(0.1)
     at.run()
