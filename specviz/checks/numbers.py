@@ -1,0 +1,83 @@
+"""The numeric flags' ranges and their one-line messages: the same flag means the same bound in
+every subcommand (specviz.checks runs these first in its pass)."""
+
+from __future__ import annotations
+
+import math
+
+from specviz.common import SpecvizError
+
+MAX_ROWS = 65536  # a batch past this is a typo: the prompt list alone would take minutes to build
+
+# dest: (lowest, highest or None). The same flag means the same bound in every subcommand.
+INTS = {
+    "batch_size": (1, MAX_ROWS), "draft_length": (0, None), "max_new_tokens": (1, None), "seed": (0, 2**63 - 1),
+    "show": (0, None), "repeats": (1, None), "k_max": (1, None), "prefix_len": (1, None),
+    # distill
+    "samples": (1, None), "val_samples": (0, None), "gen_batch_size": (1, MAX_ROWS), "gen_workers": (0, 256),
+    "topk": (1, None), "steps": (0, None), "vocab": (1, None), "layers": (1, None), "eval_every": (1, None),
+    "eval_prompts": (1, None), "eval_max_new_tokens": (1, None), "cost_rounds": (1, None),
+    "cost_prefix_len": (1, None), "threads": (0, 4096),
+    "text_tokens": (1, None), "text_chunk_tokens": (2, None), "text_batch_size": (1, MAX_ROWS),  # distill --text
+    "requests": (1, None),  # run's request queue (issue 17); None = the batch size
+    "tree_width": (1, None), "tree_nodes": (1, None),  # token trees (issue 16)
+    "port": (0, 65535), "max_model_len": (16, None), "max_num_seqs": (1, MAX_ROWS),  # vllm serve (issue 20)
+}
+# dest: (interval as written in the message, low, low included, high, high included); None = unset is fine
+FLOATS = {
+    "temperature": ("0 (greedy) or positive", 0.0, True, math.inf, False),
+    "top_p": ("in (0, 1]", 0.0, False, 1.0, True),
+    "draft_confidence": ("in [0, 1)", 0.0, True, 1.0, False),
+    "arrival_rate": ("0 (all queued at the start) or a positive number of requests per second", 0.0, True, math.inf, False),
+    "lr": ("positive", 0.0, False, math.inf, False),
+    "weight_decay": ("0 or more", 0.0, True, math.inf, False),
+    "gen_budget_min": ("positive minutes", 0.0, False, math.inf, False),
+    "time_budget_min": ("positive minutes", 0.0, False, math.inf, False),
+    "startup_timeout": ("positive seconds", 0.0, False, math.inf, False),
+}
+INT_LISTS = {"batch_sizes": 1, "draft_lengths": 1, "eval_ks": 1}  # dest: lowest value
+
+
+def _name(dest: str) -> str:
+    return "top-p" if dest == "top_p" else dest.replace("_", " ")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+# ---- numbers -----------------------------------------------------------------------------
+
+def check_numbers(a) -> None:
+    for dest, (lo, hi) in INTS.items():
+        v = getattr(a, dest, None)
+        if v is None:
+            continue
+        if v < lo:
+            raise SpecvizError(f"{_name(dest)} must be {'0 or more' if lo == 0 else f'at least {lo}'} (got {v})")
+        if hi is not None and v > hi:
+            raise SpecvizError(f"{_name(dest)} must be at most {hi} (got {v})")
+    requests, slots = getattr(a, "requests", None), getattr(a, "batch_size", None)
+    if requests is not None and slots is not None and requests < slots:
+        raise SpecvizError(f"{requests} requests cannot fill {slots} slots: give --requests >= --batch-size, "
+                           f"or --batch-size {requests}")
+    for dest, (said, lo, lo_in, hi, hi_in) in FLOATS.items():
+        v = getattr(a, dest, None)
+        if v is None:
+            continue
+        ok = (v >= lo if lo_in else v > lo) and (v <= hi if hi_in else v < hi)  # NaN fails both
+        if not ok:
+            raise SpecvizError(f"{_name(dest)} must be {said} (got {v})")
+    for dest, lo in INT_LISTS.items():
+        if getattr(a, dest, None) is not None:
+            int_list(getattr(a, dest), _flag(dest), lo)
+
+
+def int_list(text: str, flag: str, lo: int = 1) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        vals = None
+    if not vals or min(vals) < lo or max(vals) > MAX_ROWS:
+        raise SpecvizError(f"{flag} must be comma-separated integers from {lo} to {MAX_ROWS} (got {text!r})")
+    return vals
