@@ -77,7 +77,7 @@ QUEUED = [
     (["--arrival-rate", "nan"], "arrival rate must be 0"),
 ]
 BASE = {"run": ["--prompt", "hi"], "bench": ["--prompt", "hi"], "calibrate": ["--prompt", "hi"],
-        "sweep": ["--prompt", "hi", "--out-dir", "{d}/sweep"], "distill": ["--out", "{d}/draft"], "vllm": ["serve"]}
+        "sweep": ["--prompt", "hi", "--out-dir", "{d}/sweep"], "distill": ["--out", "{d}/draft"], "vllm": ["serve", "--port", "0"]}
 OWN = {
     "run": [
         (["--out", "{d}/no-such-folder/t.json"], "does not exist"),

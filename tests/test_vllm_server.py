@@ -126,7 +126,7 @@ def test_missing_vllm_venv_says_how_to_install_it(model_dir, monkeypatch, tmp_pa
     from specviz.cli import main
 
     monkeypatch.setenv("SPECVIZ_VLLM_PYTHON", str(tmp_path / "no" / "python"))
-    assert main(["vllm", "serve", "--target", str(model_dir)]) == 2
+    assert main(["vllm", "serve", "--target", str(model_dir), "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "vLLM is not installed" in err[0] and "bash setup.sh --vllm" in err[0], err
 
@@ -148,7 +148,7 @@ def test_a_server_that_dies_while_starting_shows_the_last_lines_of_its_log(model
     from specviz.cli import main
 
     fake.mode("die")
-    assert main(["vllm", "serve", "--target", str(model_dir)]) == 2
+    assert main(["vllm", "serve", "--target", str(model_dir), "--port", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the vLLM server exited (3) while starting" in err[0], err
     assert "RuntimeError: the fake engine failed on purpose" in err[0]
@@ -176,7 +176,7 @@ def test_the_server_is_healthy_inside_and_its_whole_process_group_is_stopped_aft
 
 def test_sigterm_stops_the_server_and_exits_143(model_dir, fake):
     fake.mode("serve")
-    proc = subprocess.Popen([sys.executable, "-m", "specviz", "vllm", "serve", "--target", str(model_dir)],
+    proc = subprocess.Popen([sys.executable, "-m", "specviz", "vllm", "serve", "--target", str(model_dir), "--port", "0"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # printed once /health answers
@@ -214,7 +214,7 @@ def test_ctrl_c_stops_the_server_and_exits_130(model_dir, fake, capsys, monkeypa
         return real_serve(cfg, out)
 
     monkeypatch.setattr("specviz.peers.command.serve", serve_then_ctrl_c)
-    assert main(["vllm", "serve", "--target", str(model_dir)]) == 130
+    assert main(["vllm", "serve", "--target", str(model_dir), "--port", "0"]) == 130
     assert "the vLLM server was stopped" in capsys.readouterr().err
     assert wait_gone(pids[0]) and wait_gone(fake.child_pid())
 

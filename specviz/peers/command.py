@@ -24,7 +24,8 @@ def add_vllm_parser(sub) -> None:
                    help="none (regular decoding), ngram[:N] (vLLM's prompt lookup, N = longest n-gram, default 3), "
                         "or a full-vocabulary model SPEC; specviz's distilled drafts are refused")
     p.add_argument("--draft-length", type=int, default=4, help="vLLM's num_speculative_tokens")
-    p.add_argument("--port", type=int, default=0, help="loopback port (0 = a free one)")
+    p.add_argument("--port", type=int, default=8000,
+                   help="loopback port (default 8000, vLLM's own and the Server page's default address; 0 = a free one)")
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--max-model-len", type=int, default=2048, help="context per request (bounds vLLM's KV cache)")
     p.add_argument("--max-num-seqs", type=int, default=8, help="vLLM's batch slots")
