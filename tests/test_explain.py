@@ -56,6 +56,15 @@ def test_a_step_that_drafted_nothing_emits_a_bonus_token():
     assert [explain.token_kind(j, 1, 3) for j in range(2)] == ["accepted", "recovered"]
 
 
+def test_in_a_tree_the_last_token_is_a_bonus_only_when_the_path_ends_at_a_leaf():
+    # nodes: 0 and 1 children of the root (-1), 2 child of 0. Fewer accepted than drafted in both cases.
+    tree = {"parent": [-1, -1, 0], "path": [0, 2]}
+    assert [explain.token_kind(j, 2, 3, tree) for j in range(3)] == ["accepted", "accepted", "bonus"]
+    tree = {"parent": [-1, -1, 0], "path": [0]}  # node 0 has a child (2) that was refused
+    assert [explain.token_kind(j, 1, 3, tree) for j in range(2)] == ["accepted", "recovered"]
+    assert explain.token_kind(0, 0, 3, {"parent": [-1, -1, 0], "path": []}) == "recovered"  # every root child refused
+
+
 def test_phase_totals_add_up_to_the_wall_time():
     tot = explain.phase_totals(TRACE)
     assert tot["prefill"]["s"] == pytest.approx(0.1) and tot["verify"]["s"] == pytest.approx(0.04)

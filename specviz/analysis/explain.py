@@ -16,10 +16,17 @@ from specviz.analysis.trace import PHASES
 
 # ---- one row-step, taken apart ---------------------------------------------------------------------
 
-def token_kind(j: int, accepted: int, drafted: int) -> str:
-    """The role of the j-th output token of a row-step: accepted, recovered or bonus."""
+def token_kind(j: int, accepted: int, drafted: int, tree: dict | None = None) -> str:
+    """The role of the j-th output token of a row-step: accepted, recovered or bonus.
+
+    A chain's last token is a bonus when every drafted token was accepted. A tree (a v3 row-step's
+    "tree") drafts more nodes than any path holds, so there it is a bonus when the accepted path
+    ends at a leaf (no node has the path's last node as parent), and recovered otherwise."""
     if j < accepted:
         return "accepted"
+    if tree is not None:
+        last = tree["path"][-1] if tree.get("path") else -1
+        return "recovered" if any(p == last for p in tree["parent"]) else "bonus"
     return "bonus" if accepted >= drafted else "recovered"
 
 
@@ -41,7 +48,7 @@ def step_detail(trace: dict, row: int, step_pos: int) -> dict | None:
     a, d, emitted = r["accepted"], r["drafted"], list(r["emitted"])
     drafts = r.get("draft_tokens")
     drafts = list(drafts) if drafts is not None and (drafts or d == 0) else None
-    final_kind = "bonus" if a >= d else "recovered"
+    final_kind = token_kind(a, a, d, r.get("tree"))
     return {
         "step": s["step"], "k": s["k"], "row": row, "drafted": d, "accepted": a,
         "draft_tokens": drafts,

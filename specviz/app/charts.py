@@ -100,7 +100,7 @@ def token_kinds(trace: dict) -> dict[int, list[tuple[int, str, int]]]:
         for r in s["rows"]:
             if r["active"]:
                 out.setdefault(r["index"], []).extend(
-                    (t, token_kind(j, r["accepted"], r["drafted"]), s["step"]) for j, t in enumerate(r["emitted"]))
+                    (t, token_kind(j, r["accepted"], r["drafted"], r.get("tree")), s["step"]) for j, t in enumerate(r["emitted"]))
     return out
 
 

@@ -184,8 +184,8 @@ class RaggedCache:
         key = self.valid.long() * L + ar  # [B, L]
         order = key.argsort(dim=1)[:, L - new_len:]  # [B, new_len]
         new_valid = self.valid.gather(1, order)
-        for layer in self.cache.layers:
-            idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+        for layer in self.cache.layers:  # a target split over GPUs (--device-map auto) has layers on each
+            idx = order.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys = layer.keys.gather(2, idx)
             layer.values = layer.values.gather(2, idx)
         self.valid = new_valid
@@ -193,7 +193,10 @@ class RaggedCache:
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only these rows (finished rows leave the batch)."""
-        self.cache.batch_select_indices(rows)
+        for layer in self.cache.layers:  # each layer indexed on its own device (a split target)
+            if layer.is_initialized:
+                r = rows.to(layer.keys.device)  # [B_kept]
+                layer.keys, layer.values = layer.keys[r], layer.values[r]
         self.valid = self.valid[rows]
         self.lengths = self.lengths[rows]
         self._crop_leading()

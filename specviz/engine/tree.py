@@ -32,7 +32,7 @@ import dataclasses
 
 import torch
 
-from specviz.engine.sampling import SamplingParams, process_logits, sample_inverse_cdf
+from specviz.engine.sampling import SamplingParams, argmax_last, process_logits, sample_inverse_cdf
 
 
 @dataclasses.dataclass
@@ -153,7 +153,7 @@ def accept_tree(
     rows = torch.arange(B, device=dev)
     cur = torch.zeros(B, dtype=torch.long, device=dev)  # current verify slot (0 = root)
     if params.greedy:
-        best = target_logits.argmax(dim=-1)  # [B, 1 + N]
+        best = argmax_last(target_logits)  # [B, 1 + N] (same indices as torch.argmax, faster on the CPU)
     else:
         p = process_logits(target_logits, params)  # [B, 1 + N, V]
         r = p[:, 0].clone()  # [B, V] the residual at the current node
