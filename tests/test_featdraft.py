@@ -105,11 +105,11 @@ def test_engine_keeps_the_features_it_computes(target):
 
 
 def test_feature_data_lines_up_features_tokens_and_labels(target, tmp_path, monkeypatch):
-    import specviz.run as runner
+    import specviz.models.loading as loading  # where distill's encode_chat looks encode_prompts up
     from specviz.distill.feature import feature_tensors, generate_feature_data, read_feature_samples
 
     # the tiny model has no chat template: prompts become raw ids
-    monkeypatch.setattr(runner, "encode_prompts", lambda tok, ps: [[1 + ord(w) % (VOCAB - 1) for w in p.split()] for p in ps])
+    monkeypatch.setattr(loading, "encode_prompts", lambda tok, ps: [[1 + ord(w) % (VOCAB - 1) for w in p.split()] for p in ps])
     generate_feature_data(target, ["a b c", "d e f g h"], tmp_path, "train", max_new=5, batch_size=2, topk=4, seed=0)
     samples = read_feature_samples(tmp_path, "train")
     assert [s["sample"] for s in samples] == [0, 1]
