@@ -305,7 +305,7 @@ class SpecDecoder:
             return (torch.empty(B, 0, dtype=torch.long, device=self.device),
                     torch.zeros(B, dtype=torch.long, device=self.device), None, 0)
         prop = self.proposer.propose([r.context for r in self.active], k, self.params, u)
-        return prop.tokens, prop.num_drafted, prop.probs, getattr(prop, "widest", None)
+        return prop.tokens, prop.num_drafted, prop.probs, prop.widest
 
     def _verify(self, drafts: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         """ONE batched target forward over [last token, d_1..d_k] per row -> logits [B, k+1, V]."""

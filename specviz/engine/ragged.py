@@ -56,6 +56,7 @@ class RaggedCache:
         self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)  # [B] valid tokens per row
         self.compact_threshold = compact_threshold
         self.compactions = 0
+        self._logits_store: torch.Tensor | None = None  # the reused verify-logits storage (_logits_buffer)
         # keep_hidden: after each forward, ``hidden`` is the final-norm output at every new slot
         # [B, T, hidden] (what the output layer reads): the features a feature draft consumes.
         self.keep_hidden = keep_hidden
@@ -129,7 +130,7 @@ class RaggedCache:
         """[B, T, V] view of one storage that grows to the largest verify so far."""
         W = self.model.lm_head.weight  # [V, hidden]
         n = B * T * W.shape[0]
-        if getattr(self, "_logits_store", None) is None or self._logits_store.numel() < n:
+        if self._logits_store is None or self._logits_store.numel() < n:
             self._logits_store = torch.empty(n, dtype=W.dtype, device=W.device)
         return self._logits_store[:n].view(B, T, W.shape[0])
 
