@@ -1,11 +1,17 @@
 """specviz: the Streamlit entry point (navigation + the shared sidebar: models and device)."""
 
 import streamlit as st
+from streamlit import config as st_config
 
 from specviz.app import state as appstate
 from specviz.common import SpecvizError
 
 st.set_page_config(page_title="specviz", layout="wide", initial_sidebar_state="expanded")
+if st_config.get_option("runner.postScriptGC"):  # a server started outside this folder missed .streamlit/config.toml
+    try:  # a full gc.collect(2) after every rerun takes a core from the decoder (see that file)
+        st_config.set_option("runner.postScriptGC", False)
+    except Exception:  # an internal API: if a Streamlit release moves it, the app only redraws slower
+        pass
 appstate.init_state()
 
 pages = [

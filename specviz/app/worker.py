@@ -39,10 +39,19 @@ import time
 import traceback
 from typing import Callable
 
-# How the child's torch threads behave (bench/browser_speed.py measures the choices). Passive
-# waiting: an idle OpenMP thread sleeps instead of spinning on a core the server and the browser
-# need for the redraws.
-CHILD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+# How the child's idle torch (OpenMP) threads wait, $SPECVIZ_WORKER_WAIT (bench/browser_speed.py
+# measures the choices): "passive" sleeps at once, leaving the core to the server and the browser;
+# "spin" is libgomp's default (spin a while, then sleep); a number is that many spins (GOMP_SPINCOUNT).
+WORKER_WAIT = "passive"
+
+
+def child_env() -> dict:
+    wait = os.environ.get("SPECVIZ_WORKER_WAIT", WORKER_WAIT)
+    if wait == "passive":
+        return {"OMP_WAIT_POLICY": "PASSIVE"}
+    if wait.isdigit():
+        return {"GOMP_SPINCOUNT": wait}
+    return {}
 
 
 # The server's drawing steps back for the decoder (bench/browser_speed.py measures it): the Live
@@ -265,7 +274,7 @@ class Worker:
         self._dir = tempfile.mkdtemp(prefix="specviz-worker-")
         address = os.path.join(self._dir, "sock")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds specviz/
-        env = {**os.environ, **CHILD_ENV, "SPECVIZ_WORKER_THREADS": str(self.threads),
+        env = {**os.environ, **child_env(), "SPECVIZ_WORKER_THREADS": str(self.threads),
                "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         self.proc = subprocess.Popen([sys.executable, "-m", "specviz.app.worker", address], stdin=subprocess.PIPE,
                                      env=env, cwd=os.getcwd())
