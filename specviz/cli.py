@@ -11,46 +11,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from specviz.checks.runflags import add_run_args
 from specviz.common import SpecvizError
-
-
-def _add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="default", help="model SPEC: default, hub id[@rev], local dir, or .gguf")
-    p.add_argument("--draft", default="default", help="draft SPEC: a model SPEC, default, ngram[:N], or none")
-    p.add_argument("--prompts", metavar="FILE", help="one prompt per line, or JSONL with a \"prompt\" key")
-    p.add_argument("--prompt", metavar="TEXT", nargs="+", action="extend", help="prompt text (repeatable)")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--draft-length", type=int, default=2)
-    p.add_argument("--max-new-tokens", type=int, default=64,
-                   help="new tokens per row; a prompt + max new tokens + draft length past the model's context "
-                        "(8192 for default) is refused before the model loads, not clamped")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--controller", default="fixed", help="draft-length policy")
-    p.add_argument("--controller-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra policy argument (e.g. table=1:4,8:2)")
-    p.add_argument("--mode", choices=["speculative", "regular"], default="speculative")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--device-map", default="none", choices=["none", "auto"],
-                   help="auto: the target spread over every GPU, then CPU memory, then disk (accelerate)")
-    p.add_argument("--raw-prompt", action="store_true", help="do not apply the chat template")
-    p.add_argument("--draft-confidence", type=float, default=0.0, metavar="P",
-                   help="model drafts: a row stops drafting after a token the draft gives probability < P "
-                        "(transformers' assistant_confidence_threshold; 0 = always draft k)")
-    p.add_argument("--requests", type=int, default=None, metavar="N",
-                   help="requests served through --batch-size slots, prompts cycled to N; a finished row's slot "
-                        "goes to the next request (default: the batch size, one static batch)")
-    p.add_argument("--arrival-rate", type=float, default=0.0, metavar="R",
-                   help="requests arrive at R per second (Poisson, seeded by --seed); 0 = all queued at the start")
-    p.add_argument("--tree-width", type=int, default=1, metavar="W",
-                   help="token trees (model drafts): expand the top W children of the W best frontier nodes at "
-                        "each depth up to --draft-length (1 = chains)")
-    p.add_argument("--tree-nodes", type=int, default=16, metavar="N",
-                   help="with --tree-width > 1: draft nodes kept per row (the best by draft probability)")
-    p.add_argument("--static", action="store_true",
-                   help="with --requests: consecutive static batches (BASS-style), no refill of finished rows")
 
 
 def _config(a):
@@ -335,23 +297,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m specviz", description="Live batched speculative decoding.")
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("run", help="one run, writes a trace")
-    _add_run_args(pr)
+    add_run_args(pr)
     pr.add_argument("--out", metavar="TRACE.json")
     pr.add_argument("--show", type=int, default=4, help="print the text of the first N rows")
     pb = sub.add_parser("bench", help="speculative vs regular decoding in one process")
-    _add_run_args(pb)
+    add_run_args(pb)
     pb.add_argument("--repeats", type=int, default=3)
     pb.add_argument("--no-peer", action="store_true", help="skip transformers' generate() peer")
     pb.add_argument("--peer", choices=["transformers", "vllm"], default="transformers", help="vllm: a real server")
     pb.add_argument("--peer-draft", metavar="SPEC",
                     help="the peer's draft when it differs from ours (transformers cannot run a feature draft)")
     pc = sub.add_parser("calibrate", help="fit the cost model of the target and draft on this device")
-    _add_run_args(pc)
+    add_run_args(pc)
     pc.add_argument("--batch-sizes", default="1,2,4,8,16")
     pc.add_argument("--k-max", type=int, default=8)
     pc.add_argument("--prefix-len", type=int, default=128, help="cached prefix length per row")
     ps = sub.add_parser("sweep", help="measured vs predicted speedup over batch size x draft length")
-    _add_run_args(ps)
+    add_run_args(ps)
     ps.add_argument("--batch-sizes", default="1,2,4,8")
     ps.add_argument("--draft-lengths", default="1,2,4,6,8")
     ps.add_argument("--repeats", type=int, default=1)
