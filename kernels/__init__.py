@@ -1,7 +1,8 @@
 """GPU kernels, each next to its torch reference; this module only picks the implementation.
 
-Importing ``kernels`` never imports triton: ``kernels.spec_verify`` is loaded the first time
-the Triton path is actually chosen, so CPU-only machines (and machines without triton) work.
+Importing ``kernels`` never imports triton: ``kernels.spec_verify`` (the chain rule) and
+``kernels.tree_verify`` (the token-tree walk) are loaded the first time the Triton path is actually
+chosen, so CPU-only machines (and machines without triton) work.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from typing import Callable
 import torch
 
 from specviz.engine.sampling import Verdict, accept_reference
+from specviz.engine.tree import TreeVerdict, accept_tree
 
 ENV_VAR = "SPECVIZ_ACCEPT_IMPL"  # "torch" or "triton": overrides the automatic choice
 IMPLS = ("torch", "triton")
 
 AcceptFn = Callable[..., Verdict]  # accept_reference's signature
+AcceptTreeFn = Callable[..., TreeVerdict]  # accept_tree's signature
 
 
 def get_accept_fn(force: str | None = None) -> AcceptFn:
@@ -37,6 +40,21 @@ def get_accept_fn(force: str | None = None) -> AcceptFn:
     except ImportError as e:  # triton missing
         raise RuntimeError(f"the triton acceptance kernel was requested but cannot be imported: {e}") from e
     return accept_triton
+
+
+def get_accept_tree_fn(force: str | None = None) -> AcceptTreeFn:
+    """The token-tree walk to use: ``accept_tree_triton`` on CUDA, ``accept_tree`` elsewhere.
+
+    The same choice as ``get_accept_fn`` (force > $SPECVIZ_ACCEPT_IMPL > CUDA and triton), so one
+    setting switches both rules."""
+    impl = _checked(force) if force is not None else _default_impl()
+    if impl == "torch":
+        return accept_tree
+    try:
+        from kernels.tree_verify import accept_tree_triton
+    except ImportError as e:  # triton missing
+        raise RuntimeError(f"the triton tree kernel was requested but cannot be imported: {e}") from e
+    return accept_tree_triton
 
 
 @functools.cache

@@ -73,7 +73,8 @@ def resolve(name: str, known: set[str]) -> str | None:
 
 def graph() -> dict[str, set[str]]:
     mods = dict(modules())
-    mods.update({"kernels": ROOT / "kernels" / "__init__.py", "kernels.spec_verify": ROOT / "kernels" / "spec_verify.py"})
+    mods.update({"kernels": ROOT / "kernels" / "__init__.py", "kernels.spec_verify": ROOT / "kernels" / "spec_verify.py",
+                 "kernels.tree_verify": ROOT / "kernels" / "tree_verify.py"})
     known = set(mods)
     g = {}
     for name, path in mods.items():
