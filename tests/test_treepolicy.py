@@ -6,7 +6,8 @@ import pytest
 
 from specviz.analysis import analytic
 from specviz.analysis.treestats import acceptance_by_depth_rank
-from specviz.engine.treepolicy import TreeShapes, predicted_tokens, step_seconds
+from specviz.engine.policies import make_controller
+from specviz.engine.treepolicy import TreeShapes, illustrative_costs, predicted_tokens, step_seconds
 
 from fakes import perturbed_copy, ragged_prompts, reference_greedy, tiny_llama
 
@@ -82,3 +83,31 @@ def test_decoding_under_the_shape_policy_equals_batch_one_greedy_and_varies_the_
     assert [r.output for r in dec.rows] == ref
     sizes = {len(r["tree"]["token"]) for s in steps for r in s["rows"] if r.get("tree")}
     assert max(sizes) > 1 and policy.counts  # it drafted trees and learned from them
+    for s in steps:  # each step records the (W, N) it drafted with beside its k
+        assert all(len(r["tree"]["token"]) <= s["tree_nodes"] for r in s["rows"] if r.get("tree"))
+        assert all(max(r["tree"]["rank"]) < s["tree_width"] for r in s["rows"] if r.get("tree", {}).get("token"))
+        if s["k"] == 0:
+            assert (s["tree_width"], s["tree_nodes"]) == (1, 0)  # a regular step drafts no tree
+    assert len({(s["k"], s["tree_width"], s["tree_nodes"]) for s in steps}) > 1  # the shape varies over the run
+
+
+def test_the_tree_controller_takes_the_flags_as_bounds_and_shrinks_n_as_the_batch_grows():
+    policy = make_controller("tree", 4, costs=COSTS, w_max=3, n_max=10)  # --draft-length 4 --tree-width 3 --tree-nodes 10
+    assert isinstance(policy, TreeShapes) and policy.name == "tree"
+    shapes = {b: policy.choose(b) for b in (1, 2, 4, 8, 16, 64)}
+    assert all(k <= 4 and W <= 3 and N <= 10 for k, W, N in shapes.values())
+    n = [shapes[b][2] for b in (1, 2, 4, 8, 16)]
+    assert n == sorted(n, reverse=True) and n[0] > n[-1]  # the verify knee comes sooner at a larger batch
+    assert shapes[1][1] > 1 and shapes[64] == (0, 1, 0)
+    wide = make_controller("tree", 4, costs=COSTS, w_max=4, n_max=64)
+    assert wide.choose(1)[2] >= shapes[1][2]  # a looser bound never picks a smaller tree at b = 1
+
+
+def test_without_a_calibration_the_tree_controller_runs_on_the_illustrative_roofline():
+    policy = make_controller("tree", 6)
+    assert policy.costs == illustrative_costs(0.1, 64)
+    assert policy.choose(1)[2] > policy.choose(32)[2]  # flat to 64 tokens: big trees at b = 1, small at b = 32
+    knee = make_controller("tree", 6, knee="8", cost_ratio="0.05").costs  # --controller-arg strings
+    assert knee == illustrative_costs(0.05, 8)
+    with pytest.raises(Exception, match="needs --draft-length 1 or more"):
+        make_controller("tree", 0)

@@ -20,7 +20,9 @@ from pathlib import Path
 # "prob" (the draft's probability of the node given its parent) and "rank" (sibling rank, 0 = the
 # draft's top guess), and "path": the accepted nodes, root to leaf; "drafted" counts the nodes and
 # "draft_tokens" lists them in node order. The config has tree_width and tree_nodes. Chain runs
-# read as in version 2.
+# read as in version 2. A tree run's steps also carry "tree_width" and "tree_nodes": the (W, N) that
+# step drafted with (k = 0: 1 and 0), which --controller tree picks per step; there the config's
+# draft_length, tree_width and tree_nodes are its bounds. (Added fields: still version 3.)
 TRACE_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 PHASES = ("draft", "verify", "accept", "bookkeeping")

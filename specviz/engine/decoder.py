@@ -244,8 +244,10 @@ class SpecDecoder:
             clock[-1] = clock[0]
         B = len(self.active)
         k = self.controller.next_k(B) if self.proposer is not None else 0
+        shape = {}
         if self.tree is not None and self.proposer is not None:  # token trees: specviz.engine.treestep
             width, rows, compacted, left = tree_phases(self, step, k, lap)
+            shape = dict(zip(("tree_width", "tree_nodes"), self.step_shape))  # the (W, N) drafted (k = 0: 1, 0)
         else:
             width, rows, compacted, left = self._chain_phases(step, k, lap)
         t_start, t_prefill, t_draft, t_verify, t_accept, t_end = clock
@@ -258,6 +260,7 @@ class SpecDecoder:
             "step": step,
             "k": k,
             "verify_width": width,  # slots per row in the verify forward (k + 1 unless no row proposed k)
+            **shape,
             "batch_size": B,
             "t_start": t_start - self.t0,
             "t_prefill": t_prefill - t_start,  # newcomers' prefill (0 when none joined)

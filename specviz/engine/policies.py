@@ -18,6 +18,7 @@ import dataclasses
 import math
 
 from specviz.analysis import analytic, steady
+from specviz.engine import treepolicy
 
 K_MAX = 16  # default cap on the draft length for the adaptive policies
 
@@ -300,12 +301,12 @@ def _number(kind, key: str, value):
         raise SpecvizError(f"controller option {key}={value!r} is not a valid {kind.__name__}") from None
 
 
-def _k_max(value) -> int:
+def _k_max(value, key: str = "k_max") -> int:
     from specviz.common import SpecvizError
 
-    k_max = _number(int, "k_max", value)
+    k_max = _number(int, key, value)
     if k_max < 1:
-        raise SpecvizError(f"controller option k_max must be >= 1, got {k_max}")
+        raise SpecvizError(f"controller option {key} must be >= 1, got {k_max}")
     return k_max
 
 
@@ -352,8 +353,21 @@ def _goodput(k, **kwargs):
                       if f.init and f.name != "name"})
 
 
+def _tree(k, w_max=4, n_max=32, knee=64, prior_alpha=0.4, decay=0.95, **kwargs):
+    """treepolicy.TreeShapes: k (--draft-length) bounds the depth; run.make_decoder passes --tree-width and
+    --tree-nodes as w_max and n_max. Without costs: treepolicy.illustrative_costs(cost_ratio, knee)."""
+    from specviz.common import SpecvizError
+
+    if int(k) < 1:
+        raise SpecvizError("controller 'tree' needs --draft-length 1 or more: the deepest tree it may draft")
+    a = _analytic(k, prior_alpha=prior_alpha, decay=decay, **kwargs)  # costs, cost_ratio, prior and decay checked
+    costs = a.costs or treepolicy.illustrative_costs(a.cost_ratio, _number(float, "knee", knee))
+    return treepolicy.TreeShapes(costs, k_max=int(k), w_max=_k_max(w_max, "w_max"), n_max=_k_max(n_max, "n_max"),
+                                 prior_alpha=a.prior_alpha, decay=a.decay)
+
+
 # Policies that choose k from the calibrated cost model (runner hands them the pair's calibration).
-COST_AWARE = ("analytic", "bass-capped", "goodput")
+COST_AWARE = ("analytic", "bass-capped", "goodput", "tree")
 
 CONTROLLERS = {
     "fixed": lambda k, **_: Fixed(k),
@@ -363,6 +377,7 @@ CONTROLLERS = {
     "table": _table,
     "analytic": _analytic,
     "goodput": _goodput,
+    "tree": _tree,  # (depth, width, nodes) per step for token trees (specviz.engine.treepolicy)
 }
 
 
@@ -373,7 +388,8 @@ def make_controller(name: str, k: int, **kwargs):
     (table: a string "1:4,4:3,16:1,64:0" or a dict); ``costs`` (analytic, bass-capped: an
     ``analytic.Costs``, else ``cost_ratio`` and ``verify_ratio`` for the batch-1 formula),
     ``prior_alpha``, ``decay``.
-    bass starts at ``k`` (the paper starts at 7); analytic ignores ``k`` (it starts from the prior).
+    bass starts at ``k`` (the paper starts at 7); analytic ignores ``k`` (it starts from the prior); tree
+    takes it as the depth bound, ``w_max`` and ``n_max`` as the width and node bounds, ``knee`` too.
     """
     if name not in CONTROLLERS:
         from specviz.common import SpecvizError

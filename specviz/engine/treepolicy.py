@@ -18,6 +18,9 @@ when no shape beats it.
 Acceptance: a(d, r) = accepted / tried per (depth, rank) cell (treestats' counting: a node is
 tried when the walk reached its parent), exponentially weighted by ``decay`` per step, from a
 prior a(d, r) = prior_alpha (1 - prior_alpha)^r worth ``prior_weight`` tries per cell.
+
+``--controller tree`` (policies.CONTROLLERS) builds one: --draft-length, --tree-width and
+--tree-nodes bound k, W and N; without a calibration the costs are :func:`illustrative_costs`.
 """
 
 from __future__ import annotations
@@ -43,6 +46,16 @@ def predicted_tokens(k: int, W: int, N: int, a) -> float:
     return 1.0 + sum(reach_sorted(k, W, a)[:N]) if k and N else 1.0
 
 
+def illustrative_costs(cost_ratio: float = 0.1, knee: float = 64.0) -> analytic.Costs:
+    """The uncalibrated fallback (the Speedup page's illustrative roofline): a target forward is 1 unit,
+    flat up to ``knee`` tokens (b x tokens per row), linear past it; a draft forward ``cost_ratio`` units,
+    with the same knee; no per-step overhead."""
+    if not 0 < knee < float("inf") or not 0 <= cost_ratio < float("inf"):
+        raise ValueError(f"the illustrative roofline needs knee > 0 tokens and cost_ratio >= 0 (got {knee}, {cost_ratio})")
+    return analytic.Costs(target=analytic.CostModel(t_fixed=0.0, t_mem=1.0, t_token=1.0 / knee),
+                          draft=analytic.CostModel(t_fixed=0.0, t_mem=cost_ratio, t_token=cost_ratio / knee))
+
+
 def step_seconds(b: int, k: int, W: int, N: int, costs: analytic.Costs) -> float:
     """T_step(b, k, W, N) (module docstring); k = 0 is a regular step."""
     if k == 0:
@@ -60,10 +73,11 @@ class TreeShapes:
     k_max: int = 6
     w_max: int = 4
     n_choices: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 10, 12, 16, 24, 32)
+    n_max: int | None = None  # a cap on N (--tree-nodes); a chain deeper than it keeps n_max nodes
     prior_alpha: float = 0.4
     prior_weight: float = 4.0
     decay: float = 0.95
-    name: str = "tree-shapes"
+    name: str = "tree"
     shape: tuple[int, int] = dataclasses.field(init=False, default=(1, 1))  # (W, N) for the coming step
     counts: dict = dataclasses.field(init=False, default_factory=dict)  # (depth, rank) -> [accepted, tried]
 
@@ -78,7 +92,9 @@ class TreeShapes:
         for k in range(1, self.k_max + 1):
             for W in range(1, self.w_max + 1):
                 reach = reach_sorted(k, W, self.rate)
-                for N in [k] if W == 1 else sorted({min(n, len(reach)) for n in self.n_choices}):  # a chain: k nodes
+                cap = min(len(reach), self.n_max or len(reach))
+                ns = {min(n, cap) for n in (*self.n_choices, *([self.n_max] if self.n_max else []))}
+                for N in [min(k, cap)] if W == 1 else sorted(ns):  # a chain: k nodes
                     rate = b * (1.0 + sum(reach[:N])) / step_seconds(b, k, W, N, self.costs)
                     if rate > best_rate * (1 + 1e-9):
                         best, best_rate = (k, W, N), rate

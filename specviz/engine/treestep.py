@@ -61,7 +61,8 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
         width, nodes = getattr(dec.controller, "shape", (dec.tree.width, dec.tree.nodes))  # a shape policy's pick
         tree = dec.proposer.propose_tree(contexts, k, width, nodes, dec.params)
     else:
-        tree = empty_tree(len(active), dec.device)
+        width, nodes, tree = 1, 0, empty_tree(len(active), dec.device)
+    dec.step_shape = (width, nodes)  # the step record's tree_width, tree_nodes
     sizes = tree.sizes()
     u = row_uniforms(active, sizes, dec.device)
     lap()
