@@ -150,6 +150,31 @@ def test_bf16_logits_and_the_default_tiling_through_the_public_wrapper():
         assert_same_verdict(accept_tree_triton(logits, tree, u, params), accept_tree(logits, tree, u, params))
 
 
+# --- in the engine ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("params", [GREEDY, SamplingParams(1.0)], ids=["greedy", "sampling"])
+def test_a_tree_decoder_through_the_kernel_writes_what_the_torch_walk_writes(params):
+    from fakes import perturbed_copy, ragged_prompts, tiny_llama
+    from specviz.engine.proposers import ModelDraft
+    from specviz.engine.treestep import TreeShape
+    from specviz.run import decoder_for_ids
+
+    target = tiny_llama(32)
+    prompts = ragged_prompts(3, 32, seed=4)
+    outputs = []
+    for walk in ("torch", "triton"):
+        dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.3)), prompts, 3, 8, params=params,
+                              tree=TreeShape(2, 6))
+        assert dec.accept_tree_fn is accept_tree  # a model on the CPU: the decoder picks the torch walk
+        if walk == "triton":
+            dec.accept_tree_fn = accept_tree_triton  # the interpreter runs it on CPU tensors
+        steps = list(dec.steps())
+        outputs.append(([r.output for r in dec.rows], len(steps)))
+    assert outputs[0] == outputs[1]
+    assert all(len(o) == 8 for o in outputs[0][0]) and outputs[0][1] < 8  # some steps accepted tree nodes
+
+
 # --- dispatch ---------------------------------------------------------------------------------------
 
 

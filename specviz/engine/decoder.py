@@ -31,7 +31,7 @@ import torch
 from specviz.engine import streams
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams, accept_reference
-from specviz.engine.treestep import tree_phases
+from specviz.engine.treestep import default_accept_tree_fn, tree_phases
 
 
 @dataclasses.dataclass
@@ -118,6 +118,7 @@ class SpecDecoder:
         self.device = target.device
         self.eos = eos_token_ids(target)
         self.accept_fn = accept_fn or default_accept_fn(self.device)
+        self.accept_tree_fn = default_accept_tree_fn(self.device)  # the tree walk (kernels/tree_verify.py on CUDA)
         self.compact_threshold = compact_threshold
         self.tree = tree
         # A feature draft (drafts.FeatureDraft) reads the target's final hidden states: the

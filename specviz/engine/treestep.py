@@ -6,7 +6,8 @@ a ``TreeShape``. Per step, for the B active rows:
   verify  ONE batched target forward over [last token, node 0 .. node N_b - 1] per row, padded to
           T = 1 + max N_b slots: a node sees its row's valid prefix and its own ancestors
           (tree.ancestor_mask as the cache's tail mask), at position prefix length + depth
-  accept  tree.accept_tree: the accepted path, then the recovered or bonus token
+  accept  tree.accept_tree: the accepted path, then the recovered or bonus token (on CUDA the
+          Triton walk kernels/tree_verify.py, same verdict: ``dec.accept_tree_fn``)
   advance the root and the accepted path's slots stay, every other node becomes a hole (the
           cache's hole/compaction scheme bounds memory); the proposer's ``commit_tree`` does the
           same in the draft's cache. The kept path's slots are in slot order by depth (parents
@@ -27,6 +28,15 @@ from specviz.engine.tree import TokenTree, accept_tree, ancestor_mask
 class TreeShape:
     width: int  # W: children expanded per frontier node, frontier nodes kept per depth
     nodes: int  # N: draft nodes kept per row (ancestors always kept)
+
+
+def default_accept_tree_fn(device: torch.device):
+    """The Triton tree walk on CUDA, the torch reference elsewhere (SPECVIZ_ACCEPT_IMPL overrides)."""
+    try:
+        from kernels import get_accept_tree_fn
+    except ImportError:  # specviz used without the repo's kernels/ package
+        return accept_tree
+    return get_accept_tree_fn(None if device.type == "cuda" else "torch")
 
 
 def empty_tree(B: int, device) -> TokenTree:
@@ -69,7 +79,7 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
     logits = verify_tree(dec.kv, [c[-1] for c in contexts], tree)
     dec.verify_hidden = dec.kv.hidden
     lap()
-    verdict = accept_tree(logits, tree, u, dec.params)
+    verdict = dec.accept_tree_fn(logits, tree, u, dec.params)
     num_accepted = verdict.num_accepted.tolist()
     emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
     lap()
