@@ -131,7 +131,7 @@ class RunConfig:
         d = dataclasses.asdict(self)
         d.pop("prompts")
         d.pop("controller_args")
-        if self.tree_width == 1:  # chains: the trace's config reads as before trees
+        if self.tree_width == 1 and self.controller != "tree":  # chains: the trace's config reads as before trees
             d.pop("tree_width"), d.pop("tree_nodes")
         if self.device_map == "none":  # one device: the config reads as before device maps
             d.pop("device_map")
@@ -233,6 +233,12 @@ def hardware_info(device: torch.device, dtype: torch.dtype) -> dict:
 
 # ---- running ---------------------------------------------------------------------------------
 
+# What a cost-aware policy picks from while its pair has no calibration ("k": every chain policy).
+UNCALIBRATED = {"k": "k from the batch-1 formula (cost ratio 0.1)",
+                "tree": "(k, W, N) from an illustrative roofline (a draft forward costs 0.1 of a target forward, "
+                        "both flat up to 64 tokens)"}
+
+
 def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecoder:
     prompts = cfg.request_prompts()
     ids = encode_prompts(target.tokenizer, prompts, cfg.raw_prompt)
@@ -241,7 +247,7 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     check_fits([len(x) for x in ids], cfg.max_new_tokens, k, context_length(getattr(target.model, "config", None)), target.name)
     cargs = dict(cfg.controller_args)
     if cfg.controller in COST_AWARE and proposer is not None and "costs" not in cargs:
-        from specviz.analysis.costs import load_calibration
+        from specviz.analysis.costs import load_calibration, partial_note
 
         cal = load_calibration(target, proposer)
         if cal is not None:
@@ -249,15 +255,22 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
         else:
             import warnings
 
+            partial = partial_note(target, proposer)  # an interrupted calibration's points are no cost model
+            how = UNCALIBRATED.get(cfg.controller, UNCALIBRATED["k"])
             warnings.warn(f"controller {cfg.controller!r}: no calibration for {target.name} + {proposer.name} on "
-                          f"{target.device} ({target.dtype}); it picks k from the batch-1 formula (cost ratio 0.1) "
-                          f"until `python -m specviz calibrate` runs for this pair", stacklevel=2)
+                          f"{target.device} ({target.dtype}); it picks {how} "
+                          f"until `python -m specviz calibrate` runs for this pair" + (f" ({partial})" if partial else ""),
+                          stacklevel=2)
+    shapes = cfg.controller == "tree"  # (k, W, N) per step, bounded by --draft-length and the tree flags
+    if shapes:
+        cargs = {"w_max": cfg.tree_width, "n_max": cfg.tree_nodes, **cargs}
     controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cargs)
     tree = None
-    if cfg.tree_width > 1 and proposer is not None:
+    if (cfg.tree_width > 1 or shapes) and proposer is not None:
         if not hasattr(proposer, "propose_tree") or getattr(proposer, "wants_features", False):
-            raise SpecvizError(f"--tree-width {cfg.tree_width} needs a draft that grows trees (a token model draft "
-                               f"or ngram); {proposer.name} drafts chains only: use --tree-width 1")
+            flag = "--controller tree" if shapes else f"--tree-width {cfg.tree_width}"
+            raise SpecvizError(f"{flag} needs a draft that grows trees (a token model draft or ngram); "
+                               f"{proposer.name} drafts chains only: use " + ("another --controller" if shapes else "--tree-width 1"))
         from specviz.engine.treestep import TreeShape
 
         tree = TreeShape(cfg.tree_width, cfg.tree_nodes)

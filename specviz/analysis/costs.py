@@ -59,6 +59,27 @@ def calibration_path(target_name: str, draft_name: str, device, dtype) -> Path:
     return cache_dir() / "calibration" / f"{safe(target_name)}__{safe(draft_name)}__{safe(device)}__{safe(dtype)}.json"
 
 
+def partial_path(target_name: str, draft_name: str, device, dtype) -> Path:
+    """Where an interrupted calibration keeps the points it measured (specviz.measure.calpartial): a
+    folder below the records, so nothing that lists or globs them takes it for a whole calibration."""
+    p = calibration_path(target_name, draft_name, device, dtype)
+    return p.parent / "partial" / p.name
+
+
+def partial_note(target, proposer) -> str:
+    """One sentence about this pair's partial calibration when one is kept, else ""."""
+    p = partial_path(target.name, getattr(proposer, "name", "none"), target.device, target.dtype)
+    try:
+        d = json.loads(p.read_text())
+        kept = len(d["samples"]["target"]) + len(d["samples"]["draft"]) + len(d["overhead"])
+        left = sum(len(v) for v in d["missing"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    return (f"an interrupted calibration kept {kept} timing point(s) in {p}, {left} still missing: it is "
+            "not used until the same "
+            "`python -m specviz calibrate` command finishes it")
+
+
 def load_calibration(target, proposer) -> Calibration | None:
     """The calibration of this loaded pair on its device and dtype, or None."""
     return read_calibration(calibration_path(target.name, getattr(proposer, "name", "none"), target.device, target.dtype))
@@ -75,11 +96,15 @@ def trace_calibration(trace: dict | None) -> Calibration | None:
 
 
 def read_calibration(p: Path) -> Calibration | None:
+    """The calibration record in ``p``, or None when there is none, it does not parse, or it is a partial
+    one (``"partial": true``: an interrupted run's points, no fit yet; a cost model fitted on some batch
+    sizes and no overhead would mislead every prediction past them)."""
     if not p.is_file():
         return None
     try:
-        return Calibration.from_json(json.loads(p.read_text()))
-    except (ValueError, KeyError, TypeError):
+        d = json.loads(p.read_text())
+        return None if d.get("partial") else Calibration.from_json(d)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
