@@ -202,29 +202,28 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def cmd_calibrate(a) -> int:
-    from specviz.measure.calibrate import calibrate_config
+    from specviz.interrupts import Interrupted, Stop
+    from specviz.measure.calibrate import calibrate_config, summary_lines
 
-    sizes = _ints(a.batch_sizes, "--batch-sizes")
-    bars = []
+    sizes, bars, stop = _ints(a.batch_sizes, "--batch-sizes"), [], Stop(at_once=True)
 
     def progress(total):
         bars.append(_progress(total, "calibrate"))
         return lambda: bars[-1].update(1)
 
     try:
-        cal, path = calibrate_config(_config(a), sizes, a.k_max, a.prefix_len, progress)
+        with stop:  # each timing point is on disk once measured (specviz.measure.calpartial)
+            cal, path = calibrate_config(_config(a), sizes, a.k_max, a.prefix_len, progress)
+    except Interrupted as e:
+        for bar in bars:
+            bar.close()
+        print(f"specviz: interrupted ({stop.signal}) {getattr(e, 'kept', 'before the first timing point: nothing written')}",
+              file=sys.stderr)
+        return stop.exit_code
     finally:
         for bar in bars:
             bar.close()
-    tc, dc = cal.target_cost, cal.draft_cost
-    print(f"target {cal.target} ({cal.dtype}, {cal.device}): t = {tc.t_fixed*1e3:.2f} ms + max({tc.t_mem*1e3:.2f} ms, "
-          f"{tc.t_token*1e6:.1f} us x b x tokens); knee at {tc.knee_tokens:.0f} tokens")
-    print(f"draft  {cal.draft}: t = {dc.t_fixed*1e3:.2f} ms + max({dc.t_mem*1e3:.2f} ms, {dc.t_token*1e6:.1f} us x b x tokens)")
-    for name, res in cal.residuals.items():
-        if res:
-            print(f"{name} fit residuals: median |rel| {statistics.median(abs(r) for r in res):.3f}, max {max(abs(r) for r in res):.3f}")
-    print("engine overhead per step: " + ", ".join(f"B={b}: {v*1e3:.2f} ms" for b, v in cal.overhead.items()))
-    print(f"written to {path}")
+    print("\n".join(summary_lines(cal, path)))
     return 0
 
 

@@ -28,6 +28,7 @@ from specviz.models import synthetic
 from specviz.models.loading import encode_prompts, resolve_device, resolve_dtype
 from specviz.run import decoder_for_ids, load_pair
 from specviz.engine.ragged import RaggedCache
+from specviz.measure.calpartial import Points
 
 
 def time_forward(loaded, b: int, n: int, prefix_len: int, repeats: int = 3) -> float:
@@ -61,11 +62,15 @@ def time_forward(loaded, b: int, n: int, prefix_len: int, repeats: int = 3) -> f
     return statistics.median(times[1:])
 
 
-def measure_grid(loaded, batch_sizes, tokens, prefix_len: int, repeats: int = 3, progress=None) -> list[tuple]:
+def measure_grid(loaded, batch_sizes, tokens, prefix_len: int, repeats: int = 3, progress=None,
+                 points=None, kind: str = "target") -> list[tuple]:
+    """[(b, n, seconds)] over batch_sizes x tokens; with ``points`` (calpartial.Points) each is kept
+    from an interrupted run or written as soon as it is measured."""
     samples = []
     for b in batch_sizes:
         for n in tokens:
-            samples.append((b, n, time_forward(loaded, b, n, prefix_len, repeats)))
+            timer = lambda b=b, n=n: time_forward(loaded, b, n, prefix_len, repeats)  # noqa: E731
+            samples.append((b, n, points.measure(kind, (b, n), timer) if points else timer()))
             if progress:
                 progress()
     return samples
@@ -76,35 +81,47 @@ def _relative(samples, model: CostModel) -> list[float]:
 
 
 def measure_overhead(target, proposer, batch_sizes, target_cost: CostModel, draft_cost: CostModel,
-                     k: int = 2, prompt: str = "Tell me a long story about a dragon.") -> dict:
-    """Per-step engine time outside the model forwards, from short real runs (median over steps)."""
+                     k: int = 2, prompt: str = "Tell me a long story about a dragon.", points=None) -> dict:
+    """Per-step engine time outside the model forwards, from short real runs (median over steps);
+    with ``points`` (calpartial.Points) each batch size is kept or written as it is measured."""
     ids = encode_prompts(target.tokenizer, [prompt])[0]
-    out = {}
-    for b in batch_sizes:
+
+    def at(b: int) -> float:
         dec = decoder_for_ids(target, proposer, [ids] * b, k, 12, prompts=[prompt] * b)
         gaps = []
         for s in dec.steps():
             total = s["t_draft"] + s["t_verify"] + s["t_accept"] + s["t_bookkeeping"]
             model_time = target_cost(s["batch_size"], s["k"] + 1) + s["k"] * draft_cost(s["batch_size"], 1)
             gaps.append(total - model_time)
-        out[b] = max(0.0, statistics.median(gaps[1:] or gaps))
-    return out
+        return max(0.0, statistics.median(gaps[1:] or gaps))
+
+    return {b: points.measure("overhead", b, lambda b=b: at(b)) if points else at(b) for b in batch_sizes}
 
 
 def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, prefix_len: int = 128,
-              repeats: int = 3, progress=None) -> Calibration:
+              repeats: int = 3, progress=None, note=None) -> Calibration:
+    """Time the grid, fit, write the record. Each point is kept as it is measured (calpartial): on
+    Ctrl-C / SIGTERM the KeyboardInterrupt leaves with ``.kept``, one line saying what stays where, and
+    the next calibration of the same pair measures only the points left."""
     tokens = list(range(1, k_max + 2))
-    t_samples = measure_grid(target, batch_sizes, tokens, prefix_len, repeats, progress)
-    target_cost, _ = fit_cost_model(t_samples)
-    draft_model = getattr(proposer, "loaded", None)
-    if draft_model is not None:  # a draft model: it runs one token per row per draft step
-        d_samples = measure_grid(draft_model, batch_sizes, [1, 2], prefix_len, repeats, progress)
-        draft_cost, _ = fit_cost_model(d_samples)
-    else:  # n-gram lookup: no model; its Python time lands in the measured overhead
-        d_samples, draft_cost = [], CostModel(0.0, 0.0, 0.0)
-    overhead = measure_overhead(target, proposer, batch_sizes, target_cost, draft_cost)
+    draft_model, draft_name = getattr(proposer, "loaded", None), getattr(proposer, "name", "none")
+    grid = {"target": [(b, n) for b in batch_sizes for n in tokens], "overhead": list(batch_sizes),
+            "draft": [(b, n) for b in batch_sizes for n in (1, 2)] if draft_model is not None else []}
+    points = Points(target, draft_name, grid, prefix_len, repeats, note)
+    try:
+        t_samples = measure_grid(target, batch_sizes, tokens, prefix_len, repeats, progress, points, "target")
+        target_cost, _ = fit_cost_model(t_samples)
+        if draft_model is not None:  # a draft model: it runs one token per row per draft step
+            d_samples = measure_grid(draft_model, batch_sizes, [1, 2], prefix_len, repeats, progress, points, "draft")
+            draft_cost, _ = fit_cost_model(d_samples)
+        else:  # n-gram lookup: no model; its Python time lands in the measured overhead
+            d_samples, draft_cost = [], CostModel(0.0, 0.0, 0.0)
+        overhead = measure_overhead(target, proposer, batch_sizes, target_cost, draft_cost, points=points)
+    except KeyboardInterrupt as e:  # specviz.interrupts.Interrupted too: the caller says what was kept
+        e.kept = points.kept_line()
+        raise
     cal = Calibration(
-        target=target.name, draft=getattr(proposer, "name", "none"), device=str(target.device),
+        target=target.name, draft=draft_name, device=str(target.device),
         dtype=str(target.dtype).removeprefix("torch."), target_cost=target_cost, draft_cost=draft_cost,
         overhead=overhead, residuals={"target": _relative(t_samples, target_cost),
                                       "draft": _relative(d_samples, draft_cost) if d_samples else []},
@@ -113,7 +130,22 @@ def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, pr
     p = calibration_path(target.name, cal.draft, target.device, target.dtype)
     p.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(p, json.dumps(cal.to_json(), indent=1))  # a Ctrl-C here never leaves half a calibration
+    points.finished()
     return cal
+
+
+def summary_lines(cal: Calibration, path) -> list[str]:
+    """What ``python -m specviz calibrate`` prints: the fits, their residuals, the overhead, the file."""
+    tc, dc = cal.target_cost, cal.draft_cost
+    lines = [f"target {cal.target} ({cal.dtype}, {cal.device}): t = {tc.t_fixed*1e3:.2f} ms + max({tc.t_mem*1e3:.2f} ms, "
+             f"{tc.t_token*1e6:.1f} us x b x tokens); knee at {tc.knee_tokens:.0f} tokens",
+             f"draft  {cal.draft}: t = {dc.t_fixed*1e3:.2f} ms + max({dc.t_mem*1e3:.2f} ms, {dc.t_token*1e6:.1f} us x b x tokens)"]
+    for name, res in cal.residuals.items():
+        if res:
+            lines.append(f"{name} fit residuals: median |rel| {statistics.median(abs(r) for r in res):.3f}, "
+                         f"max {max(abs(r) for r in res):.3f}")
+    lines.append("engine overhead per step: " + ", ".join(f"B={b}: {v*1e3:.2f} ms" for b, v in cal.overhead.items()))
+    return lines + [f"written to {path}"]
 
 
 def calibration_steps(proposer, batch_sizes, k_max: int) -> int:
