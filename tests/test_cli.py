@@ -111,14 +111,16 @@ def test_bench_at_batch_one_runs_the_transformers_peer(capsys):
     assert code == 0 and "transformers generate peer" in out and "ours vs peer" in out
 
 
-@pytest.mark.parametrize("controller", ["analytic", "bass-capped"])
-def test_cost_aware_controllers_warn_without_a_calibration(controller, monkeypatch, tmp_path):
+@pytest.mark.parametrize("controller,fallback", [("analytic", "batch-1 formula"), ("bass-capped", "batch-1 formula"),
+                                                 ("tree", "illustrative roofline")])
+def test_cost_aware_controllers_warn_without_a_calibration(controller, fallback, monkeypatch, tmp_path):
     import specviz.analysis.costs
 
     # run.make_decoder reads the pair's calibration through analysis.costs: none, whatever the cache holds
     monkeypatch.setattr(specviz.analysis.costs, "load_calibration", lambda target, proposer: None)
     out = tmp_path / "t.json"
-    with pytest.warns(UserWarning, match="no calibration .* batch-1 formula"):
+    with pytest.warns(UserWarning, match=f"no calibration .* {fallback}"):
         code = main(["run", "--prompt", "Count: 1 2 3 1 2 3", "--draft", "ngram", "--controller", controller,
+                     "--tree-width", "2" if controller == "tree" else "1",
                      "--max-new-tokens", "4", "--dtype", "float32", "--device", "cpu", "--out", str(out)])
     assert code == 0 and load_json(str(out))["config"]["controller"] == controller
