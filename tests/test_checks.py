@@ -63,6 +63,11 @@ SHARED = [
     (["--tree-width", "0"], "tree width must be at least 1 (got 0)"),
     (["--tree-nodes", "0"], "tree nodes must be at least 1 (got 0)"),
     (["--draft", "none", "--tree-width", "2"], "--tree-width 2 needs a draft that grows trees"),
+    (["--controller", "tree"], "--controller tree picks each step's width up to --tree-width: give --tree-width 2"),
+    (["--controller", "tree", "--tree-width", "3", "--draft", "none"], "--controller tree needs a draft that grows"),
+    (["--controller", "tree", "--tree-width", "3", "--draft-length", "0"], "controller 'tree' needs --draft-length 1"),
+    (["--controller", "tree", "--tree-width", "3", "--controller-arg", "knee=0"], "needs knee > 0 tokens"),
+    (["--controller", "tree", "--tree-width", "3", "--controller-arg", "w_max=0"], "w_max must be >= 1"),
 ]
 # calibrate replaces the prompts with its own and checks its own context, so these skip it
 PROMPTED = [

@@ -33,7 +33,7 @@ CHECKED = {
     "peer_draft": "draft SPEC",
     "prompt": "some text; fits the context",
     "prompts": "a readable UTF-8 file of prompts (or JSONL), not a directory, not empty; fits the context",
-    "controller": "a known policy, built once with its --controller-arg options",
+    "controller": "a known policy, built once with its --controller-arg options; tree: a tree draft, --tree-width >= 2",
     "controller_arg": "KEY=VALUE, accepted by the policy",
     "device": "auto, cpu or cuda[:N] where CUDA is present",
     "device_map": "none or auto (choices=); auto spreads over every GPU, so only with --device auto or cuda",
@@ -267,8 +267,13 @@ def check_run_args(cmd: str, a) -> None:
     draft_dir = check_draft(a.draft, "--draft")
     if getattr(a, "peer_draft", None):
         check_draft(a.peer_draft, "--peer-draft")
-    if getattr(a, "tree_width", 1) > 1 and a.draft == "none":
-        raise SpecvizError(f"--tree-width {a.tree_width} needs a draft that grows trees: a model draft or ngram")
+    shapes = a.controller == "tree"  # it picks (k, W, N) per step, up to --draft-length, --tree-width, --tree-nodes
+    if (getattr(a, "tree_width", 1) > 1 or shapes) and a.draft == "none":
+        flag = "--controller tree" if shapes else f"--tree-width {a.tree_width}"
+        raise SpecvizError(f"{flag} needs a draft that grows trees: a model draft or ngram")
+    if shapes and a.tree_width < 2:
+        raise SpecvizError("--controller tree picks each step's width up to --tree-width: give --tree-width 2 or more "
+                           "(with --tree-width 1, chains, use --controller analytic)")
     if cmd == "sweep" and a.draft == "none":
         raise SpecvizError("a sweep compares speculative with regular decoding: give a --draft other than none")
     check_controller(a)

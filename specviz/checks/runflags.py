@@ -21,7 +21,11 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--controller", default="fixed", help="draft-length policy")
+    p.add_argument("--controller", default="fixed",
+                   help="draft-length policy: fixed, heuristic, bass, bass-capped, table, analytic, goodput, or tree: "
+                        "(depth k, width W, nodes N) per step, up to --draft-length, --tree-width and --tree-nodes, "
+                        "from the calibrated costs and the running acceptance by depth x sibling rank (uncalibrated: "
+                        "an illustrative roofline, a draft forward 0.1 of a target forward, both flat to 64 tokens)")
     p.add_argument("--controller-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="extra policy argument (e.g. table=1:4,8:2)")
     p.add_argument("--mode", choices=["speculative", "regular"], default="speculative")
@@ -40,8 +44,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="requests arrive at R per second (Poisson, seeded by --seed); 0 = all queued at the start")
     p.add_argument("--tree-width", type=int, default=1, metavar="W",
                    help="token trees (model drafts): expand the top W children of the W best frontier nodes at "
-                        "each depth up to --draft-length (1 = chains)")
+                        "each depth up to --draft-length (1 = chains); with --controller tree the widest W")
     p.add_argument("--tree-nodes", type=int, default=16, metavar="N",
-                   help="with --tree-width > 1: draft nodes kept per row (the best by draft probability)")
+                   help="with --tree-width > 1: draft nodes kept per row (the best by draft probability); with "
+                        "--controller tree the most nodes")
     p.add_argument("--static", action="store_true",
                    help="with --requests: consecutive static batches (BASS-style), no refill of finished rows")
