@@ -91,6 +91,23 @@ def test_decoding_under_the_shape_policy_equals_batch_one_greedy_and_varies_the_
     assert len({(s["k"], s["tree_width"], s["tree_nodes"]) for s in steps}) > 1  # the shape varies over the run
 
 
+def test_a_regular_step_under_the_shape_policy_records_no_tree_for_its_rows():
+    from specviz.engine.proposers import ModelDraft
+    from specviz.engine.treestep import TreeShape
+    from specviz.run import decoder_for_ids
+
+    V = 64
+    target = tiny_llama(V)
+    prompts = ragged_prompts(2, V, seed=5)
+    dear = analytic.Costs(target=COSTS.target, draft=analytic.CostModel(t_fixed=1.0, t_mem=0.0, t_token=0.0))
+    dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.3)), prompts, 0, 6,
+                          controller=TreeShapes(dear), tree=TreeShape(1, 1))  # any draft costs more than it saves
+    steps = list(dec.steps())
+    assert [r.output for r in dec.rows] == reference_greedy(target, prompts, max_new=6)
+    assert all(s["k"] == 0 and (s["tree_width"], s["tree_nodes"]) == (1, 0) for s in steps)
+    assert not any("tree" in r for s in steps for r in s["rows"])  # the tree view and statistics skip them
+
+
 def test_the_tree_controller_takes_the_flags_as_bounds_and_shrinks_n_as_the_batch_grows():
     policy = make_controller("tree", 4, costs=COSTS, w_max=3, n_max=10)  # --draft-length 4 --tree-width 3 --tree-nodes 10
     assert isinstance(policy, TreeShapes) and policy.name == "tree"

@@ -96,7 +96,7 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
     proposed = [t["token"] for t in trees.values()]
     rows, left = dec._retire(step, num_accepted, emitted, proposed)
     for rec in rows:
-        if rec["index"] in trees:
+        if k and rec["index"] in trees:  # a regular step (k = 0, e.g. the shape policy's pick) drafts no tree
             rec["tree"] = trees[rec["index"]]
     lap()
     return logits.shape[1], rows, compacted, left
