@@ -2,7 +2,7 @@
 # One prepared GPU check for a bare CUDA host (an H200 lent for 15 minutes): no network, no pip, only
 # this repository and the host's own python with torch, triton and transformers. Under 8 minutes
 # (a global budget; each step also has its own time limit), the most decisive step first:
-#   1 exactness fp32 and bf16 (bench/exactness.py) and the kernel tests, on CUDA
+#   1 exactness fp32 and bf16 (bench/exactness.py) and the kernel tests (chain and tree), on CUDA
 #   2 the engine's host floor (bench/host_overhead.py)
 #   3 python -m specviz bench at B = 1, 8, 32, the default pair and ngram
 #   4 a traced run with NVML telemetry (the trace is kept)
@@ -171,7 +171,7 @@ else
   step exactness-bf16 60 "SYNTHETIC weights; $BF16" "$PY bench/exactness.py --target $T --device $DEV --dtype bfloat16 --max-new-tokens $NEW $EX --drafts ngram,$D"
 fi
 if [ -n "${MISSING##*pytest*}" ] || [ -z "$MISSING" ]; then
-  step kernel-tests 60 "" "TRITON_INTERPRET=$([ "$SMOKE" = 1 ] && echo 1 || echo 0) $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py $KT"
+  step kernel-tests 90 "" "TRITON_INTERPRET=$([ "$SMOKE" = 1 ] && echo 1 || echo 0) $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_tree_kernel.py $KT"
 else
   skip kernel-tests "pytest is not installed for $PY"
 fi
