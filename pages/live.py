@@ -18,13 +18,14 @@ from specviz.app.upload import read_trace_upload
 from specviz.prompts import sets as promptsets
 from specviz.common import SpecvizError
 from specviz.engine.policies import CONTROLLERS, COST_AWARE
-from specviz.run import RunConfig
+from specviz.run import UNCALIBRATED, RunConfig
 from specviz.analysis.trace import to_chrome_trace, to_tables
 
 # While a run goes the numbers and text redraw every TEXT_S s, the charts (their own fragment) every
 # chart_s: server draw time x (1 + BROWSER_FACTOR, plotly's SVG layout in the browser) / DRAW_BUDGET,
 # within CHART_S, learnt from the last run. Both sides take cores from the worker (bench/browser_speed.py).
 TEXT_S, BROWSER_FACTOR, DRAW_BUDGET, CHART_S = 1.0, 2.0, 0.10, (4.0, 20.0)
+TREE_BOUNDS = (4, 16)  # the tree controller's widest W and most nodes N (the CLI's --tree-width, --tree-nodes)
 
 appstate.init_state()
 appstate.warm_up()  # the decode worker process starts now, not when Run is pressed
@@ -46,12 +47,14 @@ with c1:
     st.slider("Draft length k (0 = regular decoding)", 0, 16, 2, key="draft_length")
     st.selectbox("Draft-length controller", list(CONTROLLERS), key="controller",
                  help="fixed k, transformers' heuristic (+2/-1), BASS (Algorithm 1 as the paper states it), "
-                      "BASS capped by the calibrated k*, a batch-size table, or the analytic optimum")
+                      "BASS capped by the calibrated k*, a batch-size table, the analytic optimum, SmartSpec's "
+                      f"goodput, or tree: token trees, each step's (depth, width, nodes) up to (k, {TREE_BOUNDS[0]}, "
+                      f"{TREE_BOUNDS[1]}) from the costs and the acceptance by depth x sibling rank")
     if st.session_state.get("controller") == "table":
         st.text_input("k table (batch size:k, ...)", "1:4,4:3,16:1,64:0", key="k_table")
     if st.session_state.get("controller") in COST_AWARE and appstate.trace_costs(appstate.current_trace()) is None:
-        st.caption("Not calibrated yet: this policy picks k from the batch-1 formula (cost ratio 0.1) until "
-                   "`python -m specviz calibrate` has run for this pair.")
+        how = UNCALIBRATED.get(st.session_state["controller"], UNCALIBRATED["k"])
+        st.caption(f"Not calibrated yet: this policy picks {how} until `python -m specviz calibrate` has run for this pair.")
 with c2:
     st.slider("Temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="temperature")
     st.slider("Top-p", 0.05, 1.0, 1.0, 0.05, key="top_p")
@@ -82,6 +85,7 @@ def config_from_widgets() -> RunConfig:
                      max_new_tokens=int(ss["max_new_tokens"]), seed=int(ss["seed"]),
                      mode="regular" if appstate.draft_spec(ss) == "none" else "speculative",
                      **appstate.queue_settings(ss),
+                     **(dict(zip(("tree_width", "tree_nodes"), TREE_BOUNDS)) if ss["controller"] == "tree" else {}),
                      controller_args={"table": ss["k_table"]} if ss["controller"] == "table" else {})
 
 

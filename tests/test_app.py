@@ -322,15 +322,19 @@ def test_race_runs_regular_decoding_and_replays_both():
     assert "race_replay" in {el.key for el in at.get("plotly_chart")} or at.session_state["replay_t0"] is None
 
 
-def test_cost_aware_policies_say_when_uncalibrated_and_run(monkeypatch):
-    """analytic / bass-capped need the calibrated cost model; without one the page says what they use."""
+@pytest.mark.parametrize("controller,fallback", [("bass-capped", "batch-1 formula"), ("tree", "illustrative roofline")])
+def test_cost_aware_policies_say_when_uncalibrated_and_run(controller, fallback, monkeypatch):
+    """analytic / bass-capped / tree need the calibrated cost model; without one the page says what they use."""
     monkeypatch.setattr(appstate, "trace_costs", lambda *a, **k: None)
     at = new_app()
-    at.selectbox(key="controller").set_value("bass-capped").run()
-    assert any("Not calibrated yet" in c.value for c in at.caption)
+    at.selectbox(key="controller").set_value(controller).run()
+    assert any("Not calibrated yet" in c.value and fallback in c.value for c in at.caption)
     run = finish(at, start_live_run(at, batch=2, max_new=4))
-    assert run.status == "done" and run.trace["config"]["controller"] == "bass-capped"
+    assert run.status == "done" and run.trace["config"]["controller"] == controller
     assert not at.exception and not errors(at)
+    if controller == "tree":  # token trees with the page's bounds, each step's (W, N) in the trace
+        assert (run.trace["config"]["tree_width"], run.trace["config"]["tree_nodes"]) == (4, 16)
+        assert all(s["tree_width"] <= 4 and s["tree_nodes"] <= 16 for s in run.trace["steps"])
     at.selectbox(key="controller").set_value("fixed").run()
     assert not any("Not calibrated yet" in c.value for c in at.caption)
 
