@@ -252,10 +252,11 @@ def cmd_sweep(a) -> int:
     try:
         with stop:
             rows, summary, cal, config = sweep_config(cfg, sizes, ks, a.repeats, a.recalibrate, on_cell, done=done)
-    except Interrupted:
+    except Interrupted as e:
         bar.close()
-        if not cells:
-            print(f"specviz: interrupted ({stop.signal}) before the first cell finished: nothing written", file=sys.stderr)
+        if not cells:  # in the calibration that comes first, its points are kept (specviz.measure.calpartial)
+            print(f"specviz: interrupted ({stop.signal}) " + (f"in the sweep's calibration {e.kept}" if hasattr(e, "kept")
+                  else "before the first cell finished: nothing written"), file=sys.stderr)
             return stop.exit_code
         path = resume.write_cells_csv(a.out_dir, cells)
         (Path(a.out_dir).expanduser() / "sweep.json").unlink(missing_ok=True)  # it would describe another sweep

@@ -108,3 +108,24 @@ def test_the_same_command_again_measures_only_the_points_left_and_drops_the_part
     assert [(b, n) for b, n, _ in whole.samples["target"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert set(whole.overhead) == {"1", "2"} and f"written to {calibration_path(*PAIR)}" in out
     assert not _partial(cache).exists() and partial_note(Pair, proposer) == ""  # done: the next one measures afresh
+
+
+def test_ctrl_c_in_a_sweeps_calibration_says_its_points_are_kept(cache, monkeypatch, capsys):
+    real_forward, timed = cal_mod.time_forward, []
+
+    def forward(loaded, b, n, *rest):
+        if len(timed) == 1:  # a real Ctrl-C as the second point starts, before any cell
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        timed.append((b, n))
+        return real_forward(loaded, b, n, *rest)
+
+    monkeypatch.setattr(cal_mod, "time_forward", forward)
+    assert main(["sweep", "--prompt", "a b c a b c", "--draft", "ngram", "--batch-sizes", "1", "--draft-lengths", "1",
+                 "--max-new-tokens", "4", "--device", "cpu", "--dtype", "float32", "--recalibrate",
+                 "--out-dir", str(cache / "sw")]) == 130
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"specviz: interrupted (SIGINT) in the sweep's calibration after 1 of 3 timing points: they are in "
+                    f"{_partial(cache)}, marked partial (no cost model is fitted on them); the same command again "
+                    "measures only the 2 left")
+    assert [(b, n) for b, n, _ in json.loads(_partial(cache).read_text())["samples"]["target"]] == [(1, 1)]
