@@ -4,27 +4,25 @@ Decoding runs in the app's worker process (specviz.app.liverun, specviz.app.work
 draws its snapshots, at a rate that leaves the cores to the decoder (TEXT_S, CHART_S below).
 """
 
-import io
 import json
 import time
-import zipfile
 
 import streamlit as st
 
 from specviz.analysis import explain
 from specviz.app import state as appstate, charts, tokentext, treeview, queueview
-from specviz.app.upload import read_trace_upload
+from specviz.app.upload import read_trace_upload, trace_csv_zip
 
 from specviz.prompts import sets as promptsets
 from specviz.common import SpecvizError
 from specviz.engine.policies import CONTROLLERS, COST_AWARE
 from specviz.run import UNCALIBRATED, RunConfig
-from specviz.analysis.trace import to_chrome_trace, to_tables
+from specviz.analysis.trace import to_chrome_trace
 
-# While a run goes the numbers and text redraw every TEXT_S s, the charts (their own fragment) every
-# chart_s: server draw time x (1 + BROWSER_FACTOR, plotly's SVG layout in the browser) / DRAW_BUDGET,
-# within CHART_S, learnt from the last run. Both sides take cores from the worker (bench/browser_speed.py).
-TEXT_S, BROWSER_FACTOR, DRAW_BUDGET, CHART_S = 1.0, 2.0, 0.10, (4.0, 20.0)
+# While a run goes the numbers and text redraw every TEXT_S s (2 s: the page made 0.97x the CLI's
+# tokens/s against 0.89x at 1 s, bench/browser_speed.py), the charts (their own fragment) every chart_s:
+# server draw time x (1 + BROWSER_FACTOR, plotly's SVG layout in the browser) / DRAW_BUDGET, within CHART_S.
+TEXT_S, BROWSER_FACTOR, DRAW_BUDGET, CHART_S = 2.0, 2.0, 0.10, (4.0, 20.0)
 TREE_BOUNDS = (4, 16)  # the tree controller's widest W and most nodes N (the CLI's --tree-width, --tree-nodes)
 
 appstate.init_state()
@@ -368,19 +366,11 @@ if not running and trace_now is not None and st.session_state.get("regular_trace
 
 # ---- export / import ---------------------------------------------------------------------------------
 
-def csv_zip(trace: dict) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for name, df in to_tables(trace).items():
-            z.writestr(f"{name}.csv", df.to_csv(index=False))
-    return buf.getvalue()
-
-
 st.subheader("Export / import")
 if trace_now is not None and not running:
     d1, d2, d3 = st.columns(3)
     d1.download_button("Trace (JSON)", json.dumps(trace_now), "trace.json", "application/json", key="dl_json")
-    d2.download_button("Tables (CSV zip)", csv_zip(trace_now), "trace_tables.zip", "application/zip", key="dl_csv")
+    d2.download_button("Tables (CSV zip)", trace_csv_zip(trace_now), "trace_tables.zip", "application/zip", key="dl_csv")
     d3.download_button("Chrome / Perfetto trace", json.dumps(to_chrome_trace(trace_now)), "trace.chrome.json",
                        "application/json", key="dl_chrome")
 upload = st.file_uploader("Load a trace recorded elsewhere (specviz JSON): every page then shows it",

@@ -211,7 +211,7 @@ def test_while_a_run_goes_the_page_redraws_without_fades_and_its_charts_on_their
     at.run()
     assert any(m.value == appstate.QUIET_REDRAWS_CSS for m in at.markdown)
     # every 4 s, or longer when this machine drew them slowly (the interval follows the draw time)
-    assert any(re.match(r"live: text every 1 s, charts every \d+ s", c.value) for c in at.caption)
+    assert any(re.match(r"live: text every \d+ s, charts every \d+ s", c.value) for c in at.caption)
     assert "acceptance_heatmap" in {el.key for el in at.get("plotly_chart")}
     at.button(key="stop").click().run()
     finish(at, run, timeout=60)

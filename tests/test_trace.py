@@ -63,6 +63,22 @@ def test_exports(tmp_path):
     assert verify[1]["ts"] == pytest.approx((0.4 + 0.1) * 1e6)
 
 
+def test_the_live_pages_csv_zip_holds_every_table_of_the_trace():
+    import io
+    import zipfile
+
+    import pandas as pd
+
+    from specviz.app.upload import trace_csv_zip
+
+    steps, seqs = make_dummy([[(3, 3), (3, 0)], [(3, 1), (3, 2)]])
+    trace = build_trace({"mode": "speculative"}, {"device": "cpu"}, seqs, steps, [{"t": 0.1, "util_pct": 50}], 1.0, 0.1)
+    with zipfile.ZipFile(io.BytesIO(trace_csv_zip(trace))) as z:
+        assert sorted(z.namelist()) == ["rows.csv", "sequences.csv", "steps.csv", "telemetry.csv"]
+        rows = pd.read_csv(z.open("rows.csv"))
+    assert len(rows) == 4 and rows["accepted"].sum() == 6
+
+
 def test_load_rejects_what_is_not_a_trace(tmp_path):
     with pytest.raises(ValueError, match="invalid JSON"):
         load_json("{nope")

@@ -8,9 +8,11 @@ the steps as the last probe, since every page reads it.
 
 from __future__ import annotations
 
+import io
 import math
+import zipfile
 
-from specviz.analysis.trace import load_json, summarize
+from specviz.analysis.trace import load_json, summarize, to_tables
 
 MAX_TRACE_BYTES = 100 * 2**20  # a 64-row x 4,000-token run is ~60 MB of JSON; past this the browser would stall
 
@@ -91,3 +93,12 @@ def read_trace_upload(name: str, data: bytes) -> dict:
     except RecursionError:
         raise ValueError(f"{name}: not a specviz trace: nested too deeply") from None
     return trace
+
+
+def trace_csv_zip(trace: dict) -> bytes:
+    """The trace's tables (specviz.analysis.trace.to_tables), one CSV each, in a zip: the Live page's export."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, df in to_tables(trace).items():
+            z.writestr(f"{name}.csv", df.to_csv(index=False))
+    return buf.getvalue()
