@@ -35,23 +35,24 @@ def arm_args(arm: str, k: int, w: int, n: int) -> list[str]:
     return ["--mode", "regular"]
 
 
-def run_arm(arm: str, rows: int, seeds: list[int], prompt: str, tree: tuple[int, int, int], folder: str) -> list[dict]:
+def run_arm(arm: str, rows: int, seeds: list[int], prompt: str, tree: tuple[int, int, int], folder: str,
+            draft: str = "default") -> list[dict]:
     traces = []
     for seed in seeds:
         out = os.path.join(folder, f"{arm}-{seed}.json")
         code = cli(["run", "--prompt", prompt, "--raw-prompt", "--batch-size", str(rows), "--max-new-tokens", "1",
                     "--temperature", "1", "--dtype", "float32", "--device", "cpu", "--seed", str(seed), "--show", "0",
-                    "--out", out, *arm_args(arm, *tree)])
+                    "--out", out, "--draft", draft, *arm_args(arm, *tree)])
         if code:
             raise SystemExit(f"specviz run exited {code} for the {arm} arm")
         traces.append(load_json(out))
     return traces
 
 
-def distributions(prompt: str):
+def distributions(prompt: str, draft_spec: str = "default"):
     """(p of the target, q of the draft) at the prompt's end, T = 1, fp32."""
     target = get_model("default", "cpu", "float32")
-    draft = make_proposer("default", target)
+    draft = make_proposer(draft_spec, target)
     ids = encode_prompts(target.tokenizer, [prompt], True)[0]
     V = target.model.config.vocab_size
     params = SamplingParams(temperature=1.0)
@@ -65,17 +66,19 @@ def main() -> None:
     ap.add_argument("--tree", default="3:3:8", help="K:W:N of the tree arm")
     ap.add_argument("--arms", default="tree,chain,regular")
     ap.add_argument("--prompt", default=PROMPT)
+    ap.add_argument("--draft", default="default", help="draft SPEC (in fp32 `default` is the target itself in bf16, "
+                    "so q is close to p and the check against q has little power; the distilled draft's q is farther)")
     a = ap.parse_args()
     tree = tuple(map(int, a.tree.split(":")))
     seeds = [int(s) for s in a.seeds.split(",")]
-    p, q = distributions(a.prompt)
+    p, q = distributions(a.prompt, a.draft)
     print(f"prompt {a.prompt!r}; target top-5 p: "
           + ", ".join(f"{int(i)}:{float(p[i]):.3f}" for i in p.argsort(descending=True)[:5]))
     print("\n| arm | rows | first tokens from the draft | chi2 / dof vs p | p-value vs p | TV to p | p-value vs q |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as folder:
         for arm in a.arms.split(","):
-            toks, drafted = first_tokens(run_arm(arm, a.rows, seeds, a.prompt, tree, folder))
+            toks, drafted = first_tokens(run_arm(arm, a.rows, seeds, a.prompt, tree, folder, a.draft))
             vs_p, vs_q = frequency_check(toks, p), frequency_check(toks, q)
             label = f"tree {a.tree}" if arm == "tree" else f"chain k={tree[0]}" if arm == "chain" else arm
             print(f"| {label} | {len(toks)} | {drafted} | {vs_p['chi2']:.1f} / {vs_p['dof']} | {vs_p['p_value']:.3f} | "
