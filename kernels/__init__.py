@@ -32,14 +32,7 @@ def get_accept_fn(force: str | None = None) -> AcceptFn:
     Triton one needs CUDA tensors (or TRITON_INTERPRET=1), so pass force="torch" for a model
     on the CPU of a CUDA machine.
     """
-    impl = _checked(force) if force is not None else _default_impl()
-    if impl == "torch":
-        return accept_reference
-    try:
-        from kernels.spec_verify import accept_triton
-    except ImportError as e:  # triton missing
-        raise RuntimeError(f"the triton acceptance kernel was requested but cannot be imported: {e}") from e
-    return accept_triton
+    return _pick(force, accept_reference, "kernels.spec_verify", "accept_triton", "acceptance kernel")
 
 
 def get_accept_tree_fn(force: str | None = None) -> AcceptTreeFn:
@@ -47,14 +40,18 @@ def get_accept_tree_fn(force: str | None = None) -> AcceptTreeFn:
 
     The same choice as ``get_accept_fn`` (force > $SPECVIZ_ACCEPT_IMPL > CUDA and triton), so one
     setting switches both rules."""
+    return _pick(force, accept_tree, "kernels.tree_verify", "accept_tree_triton", "tree kernel")
+
+
+def _pick(force: str | None, reference: Callable, module: str, name: str, what: str) -> Callable:
+    """``reference`` for "torch", else ``module.name``, imported only now (it imports triton)."""
     impl = _checked(force) if force is not None else _default_impl()
     if impl == "torch":
-        return accept_tree
+        return reference
     try:
-        from kernels.tree_verify import accept_tree_triton
+        return getattr(importlib.import_module(module), name)
     except ImportError as e:  # triton missing
-        raise RuntimeError(f"the triton tree kernel was requested but cannot be imported: {e}") from e
-    return accept_tree_triton
+        raise RuntimeError(f"the triton {what} was requested but cannot be imported: {e}") from e
 
 
 @functools.cache
