@@ -8,7 +8,7 @@ regular pass, output tokens per row-step, the verify forward's width (slots per 
 time, and greedy rows equal to regular decoding's.
 
     flock /tmp/specviz-cpu.lock python bench/trees.py --batch-size 1 --rounds 3 \
-        --chains 1,2,3 --trees 3:2:6,4:3:10,5:4:16
+        --chains 1,2,3 --trees 3:2:6,4:3:10,5:4:16 [--policies 3:4:12]
 """
 
 import argparse
@@ -43,6 +43,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--chains", default="1,2,3", help="chain draft lengths k")
     ap.add_argument("--trees", default="3:2:6,4:3:10", help="K:W:N,... depth, width, nodes per row")
+    ap.add_argument("--policies", default="", help="K:W:N,... the tree controller (--controller tree) with these "
+                    "bounds: it picks depth, width and nodes per step from the pair's calibration")
     a = ap.parse_args()
 
     base = RunConfig(prompts=read_prompts(a.prompts), batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
@@ -56,6 +58,10 @@ def main() -> None:
     for item in filter(None, a.trees.split(",")):
         k, w, n = map(int, item.split(":"))
         configs[f"tree k={k} W={w} N={n}"] = (dataclasses.replace(base, draft_length=k, tree_width=w, tree_nodes=n), draft)
+    for item in filter(None, a.policies.split(",")):
+        k, w, n = map(int, item.split(":"))
+        configs[f"tree policy k<={k} W<={w} N<={n}"] = (dataclasses.replace(
+            base, draft_length=k, tree_width=w, tree_nodes=n, controller="tree"), draft)
     print(f"target {target.name} ({target.dtype}, {target.device}); draft {draft.name}; B={a.batch_size}; "
           f"{len(base.prompts)} prompts, {a.max_new_tokens} new tokens; rounds {a.rounds}; "
           f"torch threads {__import__('torch').get_num_threads()}", flush=True)
