@@ -247,8 +247,8 @@ class SpecDecoder:
         k = self.controller.next_k(B) if self.proposer is not None else 0
         shape = {}
         if self.tree is not None and self.proposer is not None:  # token trees: specviz.engine.treestep
-            width, rows, compacted, left = tree_phases(self, step, k, lap)
-            shape = dict(zip(("tree_width", "tree_nodes"), self.step_shape))  # the (W, N) drafted (k = 0: 1, 0)
+            width, rows, compacted, left, (w, n) = tree_phases(self, step, k, lap)
+            shape = {"tree_width": w, "tree_nodes": n}  # the (W, N) drafted (k = 0: 1, 0)
         else:
             width, rows, compacted, left = self._chain_phases(step, k, lap)
         t_start, t_prefill, t_draft, t_verify, t_accept, t_end = clock

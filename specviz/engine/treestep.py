@@ -63,8 +63,9 @@ def row_uniforms(rows, sizes: list[int], device) -> torch.Tensor:
     return streams.row_uniforms(rows, max(sizes, default=0) + 1, device)
 
 
-def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, list]:
-    """The decoder's four phases for a tree step, lap() after each; (verify width, rows, compacted, left)."""
+def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, list, tuple[int, int]]:
+    """The decoder's four phases for a tree step, lap() after each; (verify width, rows, compacted, left,
+    the (W, N) drafted with: 1, 0 for a regular step)."""
     active = list(dec.active)
     contexts = [r.context for r in active]
     if k:
@@ -72,7 +73,6 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
         tree = dec.proposer.propose_tree(contexts, k, width, nodes, dec.params)
     else:
         width, nodes, tree = 1, 0, empty_tree(len(active), dec.device)
-    dec.step_shape = (width, nodes)  # the step record's tree_width, tree_nodes
     sizes = tree.sizes()
     u = row_uniforms(active, sizes, dec.device)
     lap()
@@ -99,4 +99,4 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
         if k and rec["index"] in trees:  # a regular step (k = 0, e.g. the shape policy's pick) drafts no tree
             rec["tree"] = trees[rec["index"]]
     lap()
-    return logits.shape[1], rows, compacted, left
+    return logits.shape[1], rows, compacted, left, (width, nodes)
