@@ -211,18 +211,19 @@ def cmd_calibrate(a) -> int:
         bars.append(_progress(total, "calibrate"))
         return lambda: bars[-1].update(1)
 
+    interrupted = None
     try:
         with stop:  # each timing point is on disk once measured (specviz.measure.calpartial)
             cal, path = calibrate_config(_config(a), sizes, a.k_max, a.prefix_len, progress)
     except Interrupted as e:
-        for bar in bars:
-            bar.close()
-        print(f"specviz: interrupted ({stop.signal}) {getattr(e, 'kept', 'before the first timing point: nothing written')}",
-              file=sys.stderr)
-        return stop.exit_code
+        interrupted = e
     finally:
         for bar in bars:
             bar.close()
+    if interrupted is not None:
+        kept = getattr(interrupted, "kept", "before the first timing point: nothing written")
+        print(f"specviz: interrupted ({stop.signal}) {kept}", file=sys.stderr)
+        return stop.exit_code
     print("\n".join(summary_lines(cal, path)))
     return 0
 
