@@ -67,3 +67,8 @@ def _checked(impl: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"accept implementation must be one of {IMPLS}, got {impl!r}")
     return impl
+
+
+def interpreting() -> bool:
+    """Triton's CPU interpreter is on (TRITON_INTERPRET=1): the kernels then take CPU tensors."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -37,12 +37,11 @@ Extra passes (all in the per-row kernel, at the final position only):
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from kernels import interpreting
 from specviz.engine.sampling import SamplingParams, Verdict, process_logits
 
 # How p is obtained from the values the kernels read.
@@ -417,9 +416,5 @@ def _check(target_logits, draft_tokens, num_drafted, uniforms, draft_probs) -> N
     assert draft_tokens.shape == (B, K1 - 1), f"draft_tokens {tuple(draft_tokens.shape)}, want {(B, K1 - 1)}"
     assert num_drafted.shape == (B,) and uniforms.shape == (B, K1)
     assert draft_probs is None or draft_probs.shape == (B, K1 - 1, V)
-    if target_logits.device.type != "cuda" and not _interpreting():
+    if target_logits.device.type != "cuda" and not interpreting():
         raise RuntimeError("accept_triton needs CUDA tensors (or TRITON_INTERPRET=1 for the CPU interpreter)")
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -32,12 +32,11 @@ token reads (r(x)) are taken from those tiles too, never by a lone scalar load.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
+from kernels import interpreting
 from specviz.engine.sampling import SamplingParams, process_logits
 from specviz.engine.tree import TokenTree, TreeVerdict
 
@@ -219,7 +218,7 @@ def _accept_tree_triton(target_logits, tree, uniforms, params, *, renormalise=Tr
     N = max(tree.sizes(), default=0)
     assert T == N + 1, f"logits have {T} slots for trees of up to {N} nodes"
     assert uniforms.shape == (B, T), f"uniforms {tuple(uniforms.shape)}, want {(B, T)}"
-    if dev.type != "cuda" and not _interpreting():
+    if dev.type != "cuda" and not interpreting():
         raise RuntimeError("accept_tree_triton needs CUDA tensors (or TRITON_INTERPRET=1 for the CPU interpreter)")
 
     vals = (target_logits if params.greedy else process_logits(target_logits, params)).contiguous()  # [B, T, V]
@@ -237,7 +236,3 @@ def _accept_tree_triton(target_logits, tree, uniforms, params, *, renormalise=Tr
         )
     D = int(num_accepted.max()) if B else 0
     return TreeVerdict(num_accepted, emitted[:, : D + 1].contiguous(), keep.bool())
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
