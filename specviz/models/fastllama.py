@@ -129,31 +129,42 @@ def _attention(q, k, v, allowed, scale, groups, blocked=None):
     return out.reshape(B, H, T, d).transpose(1, 2).reshape(B, T, H * d)
 
 
-def visible(valid: torch.Tensor, T: int, tail_mask: torch.Tensor | None = None) -> torch.Tensor:
+def visible(valid: torch.Tensor, T: int, tail_mask: torch.Tensor | None = None,
+            query_slots: torch.Tensor | None = None) -> torch.Tensor:
     """[B, T, L] bool: which cache slots each of the T new query slots attends to.
 
     valid: [B, L] the cache's validity mask including the new slots. Slot j is visible from query
     t when it is valid and not after it (causal by slot order). ``tail_mask`` [B, T, S] (token
     trees, specviz.engine.tree) further restricts the last S slots: a tree node sees only its own
-    ancestors among them; it must let every query see itself.
+    ancestors among them; it must let every query see itself. ``query_slots`` [T] (a device
+    tensor): the new slots' columns when they are not the last T (a static cache: ``valid`` is
+    padded to its capacity, invalid past them, so one CUDA graph serves every cache length).
     """
     L_all = valid.shape[1]
     slot = torch.arange(L_all, device=valid.device)
-    query_slot = (L_all - T) + torch.arange(T, device=valid.device)
+    if query_slots is None:
+        query_slot = (L_all - T) + torch.arange(T, device=valid.device)  # [T]
+    else:
+        query_slot = query_slots
     causal = slot[None, :] <= query_slot[:, None]  # [T, L]
     # A hole's query may have no valid slot to see (left padding): let it see itself, so its
     # softmax stays finite. Its output is never used, and no valid slot ever attends to a hole.
     allowed = (valid[:, None, :] & causal) | (slot[None, :] == query_slot[:, None])  # [B, T, L]
     if tail_mask is not None:
         S = tail_mask.shape[-1]
-        allowed[:, :, L_all - S:] &= tail_mask
+        if query_slots is None:
+            allowed[:, :, L_all - S:] &= tail_mask
+        else:  # the S slots ending at the last query slot, found on the device (no host sync)
+            tail_cols = query_slot[-1] + 1 - S + torch.arange(S, device=valid.device)  # [S]
+            allowed &= torch.ones_like(allowed).index_copy_(2, tail_cols, tail_mask)  # [B, T, L]
     return allowed
 
 
 @torch.inference_mode()
 def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, cache,
             last_only: bool = False, inputs_embeds: torch.Tensor | None = None, return_hidden: bool = False,
-            tail_mask: torch.Tensor | None = None, logits_out: torch.Tensor | None = None):
+            tail_mask: torch.Tensor | None = None, logits_out: torch.Tensor | None = None,
+            query_slots: torch.Tensor | None = None):
     """Logits [B, T, V] (or [B, 1, V]) for T new slots per row.
 
     valid: [B, L + T] bool, the whole cache's validity mask including the new slots (the
@@ -162,6 +173,8 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     result is (logits, hidden [B, T, hidden]): the final-norm output at every slot, what the
     output layer reads (a feature draft's input). ``tail_mask`` [B, T, S]: see ``visible``.
     ``logits_out``: a [B, T, V] tensor the logits are written into (returned) when it fits.
+    ``query_slots`` [T]: the new slots' columns in a static cache (specviz.models.statickv), whose
+    ``update`` writes them in place and returns the whole capacity; see ``visible``.
     """
     cfg = model.config
     inner = model.model
@@ -176,7 +189,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     h = inner.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds  # [B, T, hidden]
     cos, sin = inner.rotary_emb(h, position_ids)  # [B, T, d]
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [B, T, 1, d]: broadcast over heads
-    allowed = visible(valid, T, tail_mask).unsqueeze(1)  # [B, 1, T, L]
+    allowed = visible(valid, T, tail_mask, query_slots).unsqueeze(1)  # [B, 1, T, L]
     blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES else None  # once per forward, not per layer
 
     for i, layer in enumerate(inner.layers):
