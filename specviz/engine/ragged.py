@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from specviz.models import fastllama
+from specviz.models import fastllama, statickv
 
 
 def contiguous_head_input(model: torch.nn.Module) -> None:
@@ -50,7 +50,9 @@ class RaggedCache:
         self.lean = fastllama.enabled() and fastllama.supports(model)  # our forward; else transformers'
         if self.lean:
             fastllama.fuse_projections(model)
-        self.cache = DynamicCache(config=model.config)
+        # static: preallocated buffers (crop = pointer move, CUDA graphs possible), the lean forward only
+        self.static = self.lean and statickv.enabled()
+        self.cache = statickv.StaticKV(model) if self.static else DynamicCache(config=model.config)
         self.device = next(model.parameters()).device
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)  # [B, L]
         self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)  # [B] valid tokens per row
@@ -98,6 +100,12 @@ class RaggedCache:
             positions = positions.clamp(min=0)
         self.valid = torch.cat([self.valid, input_valid], dim=1)  # [B, L+T]
         self.lengths = self.lengths + input_valid.sum(dim=1)
+        if self.static:
+            out = self.cache.forward(self.model, input_ids, self.valid, positions, last_only, inputs_embeds,
+                                     self.keep_hidden, tail_mask, reuse_logits)
+            if self.keep_hidden:
+                out, self.hidden = out
+            return out
         if self.lean:
             buf = self._logits_buffer(B, T) if reuse_logits and not last_only and not self.keep_hidden else None
             out = fastllama.forward(self.model, input_ids, self.valid, positions, self.cache, last_only,
@@ -185,7 +193,9 @@ class RaggedCache:
         key = self.valid.long() * L + ar  # [B, L]
         order = key.argsort(dim=1)[:, L - new_len:]  # [B, new_len]
         new_valid = self.valid.gather(1, order)
-        for layer in self.cache.layers:  # a target split over GPUs (--device-map auto) has layers on each
+        if self.static:
+            self.cache.gather_slots(order)
+        for layer in [] if self.static else self.cache.layers:  # a target split over GPUs (--device-map auto) has layers on each
             idx = order.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys = layer.keys.gather(2, idx)
             layer.values = layer.values.gather(2, idx)
@@ -194,7 +204,9 @@ class RaggedCache:
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only these rows (finished rows leave the batch)."""
-        for layer in self.cache.layers:  # each layer indexed on its own device (a split target)
+        if self.static:
+            self.cache.select_rows(rows)
+        for layer in [] if self.static else self.cache.layers:  # each layer indexed on its own device (a split target)
             if layer.is_initialized:
                 r = rows.to(layer.keys.device)  # [B_kept]
                 layer.keys, layer.values = layer.keys[r], layer.values[r]
@@ -209,7 +221,9 @@ class RaggedCache:
         any_valid = self.valid.any(dim=0)
         first = int(any_valid.int().argmax())
         if first > 0 and bool(any_valid.any()):
-            for layer in self.cache.layers:
+            if self.static:
+                self.cache.drop_leading(first)
+            for layer in [] if self.static else self.cache.layers:
                 layer.keys = layer.keys[:, :, first:]
                 layer.values = layer.values[:, :, first:]
             self.valid = self.valid[:, first:]
@@ -222,30 +236,43 @@ class RaggedCache:
         from position 0, are exact next to older rows. A cache with no rows left takes
         ``other``'s state whole (the slots of rows that left are gone with them).
         """
-        if self.valid.shape[0] == 0:
+        L = max(self.slots, other.slots)
+        if self.static:  # into this cache's own buffers (its captured graphs stay valid)
+            self.cache.extend(other.cache, self.valid.shape[0], other.valid.shape[0])
+            if self.valid.shape[0] == 0:
+                self.valid, self.lengths = other.valid.to(self.device), other.lengths.to(self.device)
+                return
+        elif self.valid.shape[0] == 0:
             self.cache, self.valid, self.lengths = other.cache, other.valid, other.lengths
             return
-        L = max(self.slots, other.slots)
-        mine = [l for l in self.cache.layers if l.is_initialized and l.keys.numel()]
-        theirs = [l for l in other.cache.layers if l.is_initialized and l.keys.numel()]
-        if theirs or mine:
-            if not mine:  # this cache holds no slots yet: adopt other's layers with its row count
-                self.cache = _hole_cache(other.cache, self.valid.shape[0], 0)
-            for i, layer in enumerate(self.cache.layers):
-                src = other.cache.layers[i] if theirs else None
-                a_k, a_v = _left_pad_kv(layer.keys, layer.values, L)
-                if src is None:
-                    b_k = a_k.new_zeros((other.valid.shape[0],) + a_k.shape[1:])
-                    b_v = a_v.new_zeros((other.valid.shape[0],) + a_v.shape[1:])
-                else:
-                    b_k, b_v = _left_pad_kv(src.keys, src.values, L)
-                layer.keys = torch.cat([a_k, b_k], dim=0)  # [B + B_new, heads, L, head_dim]
-                layer.values = torch.cat([a_v, b_v], dim=0)
+        else:
+            self._extend_layers(other, L)
         pad = lambda v: torch.cat([torch.zeros(v.shape[0], L - v.shape[1], dtype=torch.bool, device=v.device), v], 1)  # noqa: E731
         self.valid = torch.cat([pad(self.valid), pad(other.valid.to(self.device))], dim=0)  # [B + B_new, L]
         self.lengths = torch.cat([self.lengths, other.lengths.to(self.device)])
 
+    def _extend_layers(self, other: "RaggedCache", L: int) -> None:
+        """extend's DynamicCache part: both sides' layers left-padded to L slots, rows concatenated."""
+        mine = [l for l in self.cache.layers if l.is_initialized and l.keys.numel()]
+        theirs = [l for l in other.cache.layers if l.is_initialized and l.keys.numel()]
+        if not (theirs or mine):
+            return
+        if not mine:  # this cache holds no slots yet: adopt other's layers with its row count
+            self.cache = _hole_cache(other.cache, self.valid.shape[0], 0)
+        for i, layer in enumerate(self.cache.layers):
+            src = other.cache.layers[i] if theirs else None
+            a_k, a_v = _left_pad_kv(layer.keys, layer.values, L)
+            if src is None:
+                b_k = a_k.new_zeros((other.valid.shape[0],) + a_k.shape[1:])
+                b_v = a_v.new_zeros((other.valid.shape[0],) + a_v.shape[1:])
+            else:
+                b_k, b_v = _left_pad_kv(src.keys, src.values, L)
+            layer.keys = torch.cat([a_k, b_k], dim=0)  # [B + B_new, heads, L, head_dim]
+            layer.values = torch.cat([a_v, b_v], dim=0)
+
     def kv_bytes(self) -> int:
+        if self.static:
+            return self.cache.nbytes()  # what the buffers hold, live or not
         return sum(l.keys.numel() * l.keys.element_size() * 2 for l in self.cache.layers if l.is_initialized)
 
 
