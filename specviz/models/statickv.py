@@ -46,6 +46,13 @@ def enabled() -> bool:
     return os.environ.get("SPECVIZ_STATIC_CACHE", "0") == "1" or graphs_enabled()
 
 
+def capturable(model: torch.nn.Module) -> bool:
+    """The lean forward has no host sync for this model: dynamic and longrope RoPE read
+    max(position) on the host every forward (transformers' dynamic_rope_update), so they run eagerly."""
+    rope = getattr(getattr(model.model, "rotary_emb", None), "rope_type", "default")
+    return isinstance(rope, str) and "dynamic" not in rope and rope != "longrope"
+
+
 class StaticKV:
     """Per-layer K/V buffers [R, Hkv, C, d] with a row and a length pointer (see the module docstring)."""
 
@@ -61,7 +68,8 @@ class StaticKV:
         self.rows = 0  # B: live rows, the buffers' first B
         self.length = 0  # L: live slots, the buffers' first L columns
         self.reallocations = 0
-        self.runner = GraphRunner(capture=graphs_enabled() and self.device.type == "cuda", max_graphs=max_graphs)
+        capture = graphs_enabled() and self.device.type == "cuda" and capturable(model)
+        self.runner = GraphRunner(capture=capture, max_graphs=max_graphs)
         self._cols: torch.Tensor | None = None  # [T] the columns the running forward writes
 
     # ---- sizes -----------------------------------------------------------------------------
