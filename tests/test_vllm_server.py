@@ -308,3 +308,24 @@ def test_the_server_page_renders_the_real_servers_counters(real_server):
     at.run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert SPEC_CHARTS | ALWAYS_CHARTS <= drawn(at)
+
+
+def test_settle_returns_once_the_machine_has_been_idle_for_the_quiet_time(monkeypatch):
+    from specviz.peers import bench as peer
+    loads = [90.0, 90.0, 5.0, 80.0, 5.0, 5.0, 5.0] + [5.0] * 50  # busy, a blip of idle, busy, then idle
+    calls = []
+
+    def cpu_percent(_=None):
+        calls.append(1)
+        return loads[len(calls) - 2] if len(calls) > 1 else 0.0  # the first call only primes psutil
+
+    monkeypatch.setattr(peer.psutil, "cpu_percent", cpu_percent)
+    waited = peer.settle(idle_pct=15, quiet_s=0.025, max_s=5, sample_s=0.01)
+    assert waited < 1.0
+    assert len(calls) == 1 + 7  # the priming call, then three idle samples after the last busy one
+
+
+def test_settle_gives_up_after_max_s_on_a_machine_that_stays_busy(monkeypatch):
+    from specviz.peers import bench as peer
+    monkeypatch.setattr(peer.psutil, "cpu_percent", lambda _=None: 100.0)
+    assert 0.2 <= peer.settle(quiet_s=0.1, max_s=0.2, sample_s=0.01) < 0.5

@@ -2,7 +2,8 @@
 
 One vLLM server (specviz.peers.server) runs for the whole bench with the speculative config that
 matches ours (``--draft none``: regular decoding on both sides; ``--draft ngram[:N]``: prompt lookup
-on both, the same k). Rounds interleave the two arms (the order swaps every round), each running
+on both, the same k). Rounds interleave the two arms (the order swaps every round; each arm starts once the machine is
+idle, ``settle``), each running
 every request once with the same concurrency: ours through ``--batch-size`` slots (``--requests N``:
 N requests, a finished slot refilled), vLLM with as many client threads and ``max_num_seqs`` slots.
 Both decode greedily from the same prompt token ids (ours after the chat template; vLLM gets the
@@ -21,6 +22,8 @@ import statistics
 import threading
 import time
 import urllib.request
+
+import psutil
 
 from specviz.analysis.trace import percentile, tokens_per_s
 from specviz.common import SpecvizError
@@ -98,6 +101,22 @@ def vllm_round(url: str, model: str, prompts: list[list[int]], max_tokens: int, 
     if errors:
         raise SpecvizError(f"a vLLM request failed: {errors[0]}")
     return wall, done
+
+
+def settle(idle_pct: float = 15.0, quiet_s: float = 0.5, max_s: float = 5.0, sample_s: float = 0.1) -> float:
+    """Wait until the whole machine has been idle (CPU below ``idle_pct``) for ``quiet_s``, at most
+    ``max_s``; returns the seconds waited. Between arms: vLLM's engine and worker processes spin on
+    their cores for a while after the last request returns, and an arm started under them paid for it
+    (our 8-slot TTFT was 0.72-0.91 s in the bench against 0.25-0.35 s alone, 2026-12-01)."""
+    t0 = time.perf_counter()
+    quiet = 0.0
+    psutil.cpu_percent(None)  # the next call measures from here
+    while time.perf_counter() - t0 < max_s:
+        time.sleep(sample_s)
+        quiet = quiet + sample_s if psutil.cpu_percent(None) < idle_pct else 0.0
+        if quiet >= quiet_s:
+            break
+    return time.perf_counter() - t0
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -203,6 +222,7 @@ def _measure(cfg: RunConfig, target, proposer, server: VllmServer, rounds: int, 
     before = metrics.scrape(url)  # vLLM's counters over its timed rounds (ours leave them alone)
     for r in range(rounds):
         for arm in ((0, 1) if r % 2 == 0 else (1, 0)):
+            settle()  # neither arm starts under the other's tail
             if arm == 0:
                 trace = run(cfg, target, proposer, telemetry=False)
                 assert [s["prompt_token_ids"] for s in trace["sequences"]] == prompt_ids  # the same requests
