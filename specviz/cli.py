@@ -348,6 +348,8 @@ def main(argv=None) -> int:
         return e.code
     try:
         check_args(a.cmd, a)  # every flag and file, before any model loads
+        if getattr(a, "cuda_graphs", False):  # read where each KV cache is made (specviz.models.statickv)
+            os.environ["SPECVIZ_CUDA_GRAPHS"] = "1"
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep,
                 "distill": cmd_distill, "vllm": cmd_vllm}[a.cmd](a)
     except SpecvizError as e:

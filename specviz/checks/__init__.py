@@ -48,6 +48,7 @@ NEEDS_NO_CHECK = {
     "help": "argparse prints the help",
     "raw_prompt": "a switch: both values are valid",
     "static": "a switch: both values are valid",
+    "cuda_graphs": "a switch: both values are valid (without CUDA the static cache runs eagerly)",
     "no_peer": "a switch: both values are valid",
     "recalibrate": "a switch: both values are valid",
     "no_freeform": "a switch: both values are valid",

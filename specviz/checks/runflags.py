@@ -50,3 +50,6 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                         "--controller tree the most nodes")
     p.add_argument("--static", action="store_true",
                    help="with --requests: consecutive static batches (BASS-style), no refill of finished rows")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="llama-style models through the lean forward: a static KV cache, its decode and verify "
+                        "forwards replayed as CUDA graphs on CUDA (eager elsewhere); same as SPECVIZ_CUDA_GRAPHS=1")
