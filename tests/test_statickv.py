@@ -82,6 +82,21 @@ def test_tree_steps_equal_the_dynamic_cache(target, monkeypatch):
     assert any(key[3] is not None for key in dec.kv.cache.runner.keys())  # a verify with a tail mask ran
 
 
+def test_a_feature_draft_with_a_mapped_vocabulary_equals_the_dynamic_cache(target, monkeypatch):
+    """The draft reads fused embeddings and a head wider than its weight; the target keeps hidden states."""
+    from specviz.engine.proposers import FeatureDraft
+    from test_featdraft import feature_draft
+
+    prompts = ragged_prompts(3, V, seed=7)
+    make = lambda: FeatureDraft(feature_draft(target, list(range(0, V, 2))), vocab_size=V)  # noqa: E731
+    _static(monkeypatch, False)
+    ref, _ = _outputs(target, make, prompts, 3, 10, keep_hidden=True, slots=2)
+    _static(monkeypatch, True)
+    out, dec = _outputs(target, make, prompts, 3, 10, keep_hidden=True, slots=2)
+    assert out == ref
+    assert any(key[5] for key in dec.proposer.kv.cache.runner.keys())  # the draft ran on embeddings
+
+
 def test_greedy_outputs_equal_on_the_packaged_model(monkeypatch):
     from specviz.models.loading import encode_prompts, get_model
     from specviz.run import make_proposer

@@ -39,7 +39,7 @@ class _Entry:
     """The static tensors of one key (see the module docstring)."""
 
     def __init__(self, b: int, T: int, C: int, S: int | None, last_only: bool, embeds: bool,
-                 return_hidden: bool, hidden_size: int, vocab: int, dtype, device):
+                 return_hidden: bool, hidden_size: int, dtype, device):
         z = lambda *shape, dt=dtype: torch.zeros(shape, dtype=dt, device=device)  # noqa: E731
         self.ids = None if embeds else z(b, T, dt=torch.long)  # [b, T]
         self.embeds = z(b, T, hidden_size) if embeds else None  # [b, T, hidden]
@@ -47,7 +47,9 @@ class _Entry:
         self.valid = z(b, C, dt=torch.bool)  # [b, C] the cache's mask padded to its capacity
         self.cols = z(T, dt=torch.long)  # [T] the columns L..L+T-1 this forward writes
         self.tail = None if S is None else torch.ones(b, T, S, dtype=torch.bool, device=device)  # [b, T, S]
-        self.logits = z(b, 1 if last_only else T, vocab)  # [b, T or 1, V]
+        # [b, T or 1, V]: the first (eager) run's own output, kept (V is the head's output width,
+        # which a distilled draft's vocabulary-mapped head widens past its weight's rows)
+        self.logits: torch.Tensor | None = None
         self.hidden = z(b, T, hidden_size) if return_hidden else None  # [b, T, hidden]
         self.uses = 0
         self.graph = None
@@ -57,7 +59,7 @@ class GraphRunner:
     def __init__(self, capture: bool, max_graphs: int = 8, eager_uses: int = 1):
         self.capture = capture
         self.max_graphs = max_graphs
-        self.eager_uses = eager_uses  # uses of a key run eagerly before it is captured
+        self.eager_uses = max(eager_uses, 1)  # uses of a key run eagerly before it is captured (>= 1: see _Entry)
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()  # least recently used first
         self.captures = self.replays = self.evictions = 0
         self._arange: dict[int, torch.Tensor] = {}
@@ -95,9 +97,8 @@ class GraphRunner:
         S = None if tail_mask is None else tail_mask.shape[-1]
         embeds = inputs_embeds is not None
         key = (b, T, C, S, last_only, embeds, return_hidden)
-        cfg = model.config
-        e = self._entry(key, lambda: _Entry(b, T, C, S, last_only, embeds, return_hidden, cfg.hidden_size,
-                                            model.lm_head.weight.shape[0], kv.dtype, kv.device))
+        e = self._entry(key, lambda: _Entry(b, T, C, S, last_only, embeds, return_hidden, model.config.hidden_size,
+                                            kv.dtype, kv.device))
         # copy in: real rows first; padding rows see nothing valid (their own slot only)
         if embeds:
             e.embeds[:B].copy_(inputs_embeds)
@@ -137,7 +138,9 @@ class GraphRunner:
         if return_hidden:
             out, hidden = out
             e.hidden.copy_(hidden)
-        if out.data_ptr() != e.logits.data_ptr():
+        if e.logits is None:
+            e.logits = out  # a fresh tensor: from now on the static output
+        elif out.data_ptr() != e.logits.data_ptr():
             e.logits.copy_(out)
 
     def _capture(self, e: _Entry, body) -> None:
