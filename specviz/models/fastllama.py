@@ -19,7 +19,8 @@ This forward computes the same function with fewer, larger ops:
     query t when it is valid and not after it (the same mask transformers builds from our 2D
     validity mask, causal by slot order);
   - the KV cache is the same transformers ``DynamicCache`` (``cache.update``), so RaggedCache's
-    rollback, compaction and row selection are unchanged.
+    rollback, compaction and row selection are unchanged; or, switched on, a static cache
+    (specviz.models.statickv: the same ``update``, attention over its whole capacity).
 
 It applies to ``LlamaForCausalLM`` without projection biases, silu MLP and single-rank weights
 (``supports``), on one device; anything else (a model spread by --device-map auto too) runs through
