@@ -2,9 +2,11 @@
 # One prepared GPU check for a bare CUDA host (an H200 lent for 15 minutes): no network, no pip, only
 # this repository and the host's own python with torch, triton and transformers. Under 8 minutes
 # (a global budget; each step also has its own time limit), the most decisive step first:
-#   1 exactness fp32 and bf16 (bench/exactness.py) and the kernel tests (chain and tree), on CUDA
+#   1 exactness fp32 and bf16 (bench/exactness.py), each without and with CUDA graphs (SPECVIZ_CUDA_GRAPHS=1:
+#     the static KV cache, graphs captured on CUDA), the kernel tests (chain and tree) and the graph
+#     capture/replay tests (tests/test_statickv.py -m gpu), on CUDA
 #   2 the engine's host floor (bench/host_overhead.py)
-#   3 python -m specviz bench at B = 1, 8, 32, the default pair and ngram
+#   3 python -m specviz bench at B = 1, 8, 32, the default pair and ngram (B = 1 and 8 again with CUDA graphs)
 #   4 a traced run with NVML telemetry (the trace is kept)
 #   5 calibrate on CUDA, and the synthetic 7B-shaped cost calibration (llama-7b + llama-160m shapes)
 #   6 the kernel benchmark's full grid (bench/bench_kernels.py)
@@ -162,18 +164,26 @@ head -4 bench/prompts.txt > "$WORK/prompts4.txt"
 
 # ---- 1. exactness -------------------------------------------------------------------------------
 BF16="bf16 may diverge where a (k+1)-token verify breaks a logit tie differently: exit 1 means a divergence at a margin >= 1e-3"
-if [ "$REAL" = 1 ]; then
-  step exactness-fp32 90 "" "$PY bench/exactness.py --device $DEV --dtype float32 --max-new-tokens $NEW $EX --drafts ngram,default-bf16"
-  step exactness-bf16 60 "$BF16" "$PY bench/exactness.py --device $DEV --dtype bfloat16 --max-new-tokens $NEW $EX --drafts ngram,default"
-else
-  skip exactness-real "no real model on this host: exactness with the real pair's acceptance is not checked"
-  step exactness-fp32 90 "SYNTHETIC weights" "$PY bench/exactness.py --target $T --device $DEV --dtype float32 --max-new-tokens $NEW $EX --drafts ngram,default-bf16"
-  step exactness-bf16 60 "SYNTHETIC weights; $BF16" "$PY bench/exactness.py --target $T --device $DEV --dtype bfloat16 --max-new-tokens $NEW $EX --drafts ngram,$D"
-fi
+GRAPHS="SPECVIZ_CUDA_GRAPHS=1 "  # the same check over the static KV cache, its forwards replayed as CUDA graphs
+GTAG="with CUDA graphs$([ "$SMOKE" = 1 ] && echo ": on the CPU the static cache runs eagerly, nothing is captured")"
+for G in "" "$GRAPHS"; do
+  GS=${G:+-graphs} GL=${G:+$GTAG}
+  if [ "$REAL" = 1 ]; then
+    step "exactness-fp32$GS" 90 "$GL" "$G$PY bench/exactness.py --device $DEV --dtype float32 --max-new-tokens $NEW $EX --drafts ngram,default-bf16"
+    step "exactness-bf16$GS" 60 "${GL:+$GL; }$BF16" "$G$PY bench/exactness.py --device $DEV --dtype bfloat16 --max-new-tokens $NEW $EX --drafts ngram,default"
+  else
+    [ -z "$G" ] && skip exactness-real "no real model on this host: exactness with the real pair's acceptance is not checked"
+    step "exactness-fp32$GS" 90 "SYNTHETIC weights${GL:+; $GL}" "$G$PY bench/exactness.py --target $T --device $DEV --dtype float32 --max-new-tokens $NEW $EX --drafts ngram,default-bf16"
+    step "exactness-bf16$GS" 60 "SYNTHETIC weights; ${GL:+$GL; }$BF16" "$G$PY bench/exactness.py --target $T --device $DEV --dtype bfloat16 --max-new-tokens $NEW $EX --drafts ngram,$D"
+  fi
+done
 if [ -n "${MISSING##*pytest*}" ] || [ -z "$MISSING" ]; then
   step kernel-tests 90 "" "TRITON_INTERPRET=$([ "$SMOKE" = 1 ] && echo 1 || echo 0) $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_tree_kernel.py $KT"
+  step graph-tests 60 "CUDA graph capture and replay against the eager static cache$([ "$SMOKE" = 1 ] && echo ": skipped without CUDA")" \
+    "$PY -m pytest -q -p no:cacheprovider -rs tests/test_statickv.py -m gpu"
 else
   skip kernel-tests "pytest is not installed for $PY"
+  skip graph-tests "pytest is not installed for $PY"
 fi
 
 # ---- 2. the host floor --------------------------------------------------------------------------
@@ -195,6 +205,9 @@ for b in $BS; do
   for d in $DRAFTS; do
     dn=$([ "$d" = ngram ] && echo ngram || echo draft)
     step "bench-B$b-$dn" 40 "$TAG" "$BENCH --target $T --draft $d --batch-size $b --prompts $P"
+    if [ "$b" != 32 ] && { [ "$dn" = draft ] || [ "$REAL" = 0 ]; }; then  # the issue's two GPU targets: B = 1 and B = 8
+      step "bench-B$b-$dn-graphs" 40 "${TAG:+$TAG; }$GTAG" "$GRAPHS$BENCH --target $T --draft $d --batch-size $b --prompts $P"
+    fi
   done
 done
 

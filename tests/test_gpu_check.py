@@ -16,9 +16,9 @@ from specviz.analysis.costs import Calibration
 from specviz.common import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ["synthetic-models", "exactness-real", "exactness-fp32", "exactness-bf16", "kernel-tests", "host-overhead",
-         "bench-real", "bench-B2-ngram", "trace-nvml", "calibrate", "calibrate-synthetic-7b",
-         "kernel-bench", "trees", "continuous"]
+STEPS = ["synthetic-models", "exactness-real", "exactness-fp32", "exactness-bf16", "exactness-fp32-graphs",
+         "exactness-bf16-graphs", "kernel-tests", "graph-tests", "host-overhead", "bench-real", "bench-B2-ngram",
+         "bench-B2-ngram-graphs", "trace-nvml", "calibrate", "calibrate-synthetic-7b", "kernel-bench", "trees", "continuous"]
 
 
 def statuses(md: str) -> dict:
@@ -52,7 +52,8 @@ def test_a_timed_out_step_is_recorded_and_the_steps_after_it_still_run(smoke):
     st = statuses(md)
     assert st["exactness-bf16"].startswith("TIMED OUT after 1 s")
     for name in ["exactness-fp32", "synthetic-models", "bench-B2-ngram", "trace-nvml", "calibrate",
-                 "calibrate-synthetic-7b", "kernel-tests"]:
+                 "calibrate-synthetic-7b", "kernel-tests", "exactness-fp32-graphs", "exactness-bf16-graphs",
+                 "graph-tests", "bench-B2-ngram-graphs"]:
         assert st[name] == "ok", (name, st[name])
     if not torch.cuda.is_available():  # the kernel benchmark needs CUDA: it fails, and says why in one line
         assert st["kernel-bench"] == "FAILED (exit 1)" and "no CUDA device found" in md
