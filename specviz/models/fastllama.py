@@ -35,6 +35,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from specviz.models import packed
+
 MANY_QUERIES = 16  # from this many query slots per row, SDPA's fused kernel is used instead
 
 
@@ -192,20 +194,21 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [B, T, 1, d]: broadcast over heads
     allowed = visible(valid, T, tail_mask, query_slots).unsqueeze(1)  # [B, 1, T, L]
     blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES else None  # once per forward, not per layer
+    pk = packed.enabled(inner.layers[0]._specviz_qkv)  # bf16 on the CPU: oneDNN-packed weights (packed.py)
 
     for i, layer in enumerate(inner.layers):
         attn, mlp = layer.self_attn, layer.mlp
         x = _rms_norm(h, layer.input_layernorm)
-        qkv = F.linear(x, layer._specviz_qkv).view(B, T, H + 2 * Hkv, d)
+        qkv = packed.linear(x, layer._specviz_qkv, pk).view(B, T, H + 2 * Hkv, d)
         qk = _rotate(qkv[:, :, : H + Hkv], cos, sin)  # q and k heads rotated together
         q = qk[:, :, :H].transpose(1, 2)  # [B, H, T, d]
         k = qk[:, :, H:].transpose(1, 2)  # [B, Hkv, T, d]
         v = qkv[:, :, H + Hkv:].transpose(1, 2)
         k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
-        h = h + F.linear(_attention(q, k, v, allowed, scale, groups, blocked), attn.o_proj.weight)
+        h = h + packed.linear(_attention(q, k, v, allowed, scale, groups, blocked), attn.o_proj.weight, pk)
         x = _rms_norm(h, layer.post_attention_layernorm)
-        gate, up = F.linear(x, layer._specviz_gate_up).chunk(2, dim=-1)
-        h = h + F.linear(F.silu(gate) * up, mlp.down_proj.weight)
+        gate, up = packed.linear(x, layer._specviz_gate_up, pk).chunk(2, dim=-1)
+        h = h + packed.linear(F.silu(gate) * up, mlp.down_proj.weight, pk)
 
     if return_hidden:
         h = _rms_norm(h, inner.norm)
@@ -213,13 +216,19 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     if last_only:
         h = h[:, -1:]
     h = _rms_norm(h.contiguous(), inner.norm)
-    return _head(model, h, logits_out)
+    return _head(model, h, logits_out, pk)
 
 
-def _head(model, h: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+def _head(model, h: torch.Tensor, out: torch.Tensor | None, pk: bool = False) -> torch.Tensor:
     """The output layer, into ``out`` when it fits: a caller's reused buffer saves allocating (and, past
-    glibc's 32 MB mmap threshold, page-faulting) B x T x V fresh floats per forward."""
+    glibc's 32 MB mmap threshold, page-faulting) B x T x V fresh floats per forward. With ``pk`` (bf16 on
+    the CPU) a plain linear head runs on its packed weight instead, into a fresh tensor, while that
+    tensor stays under ``packed.FRESH_BYTES``."""
     head = model.lm_head
+    fresh_bytes = h[..., :1].numel() * head.weight.shape[0] * h.element_size()
+    if (pk and type(head) is torch.nn.Linear and head.bias is None and packed.enabled(head.weight)
+            and (out is None or fresh_bytes < packed.FRESH_BYTES)):
+        return packed.linear(h, head.weight, True)
     if (out is None or getattr(head, "bias", None) is not None or out.dtype != h.dtype
             or tuple(out.shape) != (*h.shape[:-1], head.weight.shape[0])):
         return head(h)

@@ -1,0 +1,66 @@
+"""oneDNN-packed bf16 weights (specviz.models.packed) against plain F.linear, interleaved in one process.
+
+Arms: regular decoding and an n-gram chain (k = --draft-length), each with packed weights on and
+off (SPECVIZ_PACKED_WEIGHTS, read once per forward). Every round runs every arm once, in an order
+that rotates each round; reported per arm: median tokens/s and the median per-round ratio to plain
+regular decoding, then packed/unpacked per mode and whether every greedy row is identical.
+
+    python bench/packed_weights.py --batch-size 1 --rounds 6
+"""
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from specviz.measure.bench import engine_arm, interleaved, same_rows, warm_up  # noqa: E402
+from specviz.run import RunConfig, get_model, make_proposer, read_prompts  # noqa: E402
+
+
+def switched(arm, on: bool):
+    def run():
+        os.environ["SPECVIZ_PACKED_WEIGHTS"] = "1" if on else "0"
+        return arm()
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prompts", default=os.path.join(os.path.dirname(__file__), "prompts.txt"))
+    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--draft-length", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=6)
+    a = ap.parse_args()
+    base = RunConfig(prompts=read_prompts(a.prompts), batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
+                     dtype="bfloat16", draft="ngram", draft_length=a.draft_length)
+    target = get_model(base.target, base.device, base.dtype)
+    modes = {"regular": (dataclasses.replace(base, mode="regular", draft="none"), None),
+             f"ngram k={a.draft_length}": (base, make_proposer(base.draft, target))}
+    arms = {}
+    for mode, (cfg, proposer) in modes.items():
+        for on in (False, True):
+            os.environ["SPECVIZ_PACKED_WEIGHTS"] = "1" if on else "0"
+            warm_up(cfg, target, proposer)
+            arms[f"{mode} {'packed' if on else 'plain'}"] = switched(engine_arm(cfg, target, proposer), on)
+    print(f"torch threads {__import__('torch').get_num_threads()}, B = {a.batch_size}, {len(base.prompts)} prompts, "
+          f"{a.max_new_tokens} new tokens, bf16, {a.rounds} rounds", flush=True)
+    res = interleaved(arms, a.rounds, reference="regular plain",
+                      on_round=lambda r, t: print(f"round {r + 1}: " + ", ".join(f"{k} {v:.1f}" for k, v in t.items()),
+                                                  flush=True))
+    print(f"{'arm':<24}{'tok/s':>8}{'vs regular plain':>18}")
+    for lbl, r in res.items():
+        print(f"{lbl:<24}{statistics.median(r.tok_s):>8.1f}{statistics.median(r.ratio):>17.2f}x")
+    for mode in modes:
+        p, q = res[f"{mode} packed"], res[f"{mode} plain"]
+        ratios = [x / y for x, y in zip(p.tok_s, q.tok_s)]
+        same = all(all(same_rows(tp, tq)) for tp, tq in zip(p.traces, q.traces))
+        print(f"{mode}: packed/plain {statistics.median(ratios):.2f}x (per round: "
+              + ", ".join(f"{x:.2f}" for x in ratios) + f"); greedy rows identical: {same}")
+
+
+if __name__ == "__main__":
+    main()
