@@ -205,7 +205,7 @@ def test_graphs_are_never_captured_off_cuda(target, monkeypatch):
 def test_the_cuda_graphs_flag_switches_the_static_cache_on_before_any_model_loads(monkeypatch):
     from specviz import cli
 
-    monkeypatch.delenv("SPECVIZ_CUDA_GRAPHS", raising=False)  # restored after the test
+    _static(monkeypatch, False)  # recorded, so main's own setting is undone after the test
     seen = []
     monkeypatch.setattr(cli, "cmd_run", lambda a: seen.append(statickv.enabled() and statickv.graphs_enabled()) or 0)
     assert cli.main(["run", "--prompt", "hi", "--max-new-tokens", "2"]) == 0
