@@ -17,14 +17,20 @@ def tiny_llama(dtype=torch.bfloat16):
     return LlamaForCausalLM(cfg).to(dtype).eval()
 
 
-@pytest.mark.parametrize("rows", [1, 5, 8, 40, 64, 200])
+SMOLLM2_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)]  # [out, in]: q|k|v, o, gate|up, down, head
+
+
+@pytest.mark.parametrize("rows", [1, 5, 8, 40, 64, 200, packed.MAX_ROWS, 440])
 def test_a_packed_bf16_linear_equals_f_linear_bit_for_bit_at_every_row_count(rows):
+    """SmolLM2-135M's shapes; 440 rows (a B = 8 prefill) is past MAX_ROWS, where the 1536-wide down
+    projection's packed kernel rounds differently: that call must take F.linear."""
     torch.manual_seed(rows)
-    w = (torch.randn(192, 64) * 0.1).to(torch.bfloat16)
-    x = torch.randn(rows, 64).to(torch.bfloat16)
-    assert torch.equal(packed.linear(x, w, True), torch.nn.functional.linear(x, w))
-    x3 = x.view(1, rows, 64)
-    assert torch.equal(packed.linear(x3, w, True), torch.nn.functional.linear(x3, w))
+    for out, inp in SMOLLM2_SHAPES:
+        w = (torch.randn(out, inp) * 0.05).to(torch.bfloat16)
+        x = torch.randn(rows, inp).to(torch.bfloat16)
+        assert torch.equal(packed.linear(x, w, True), torch.nn.functional.linear(x, w)), (out, inp)
+        x3 = x.view(1, rows, inp)
+        assert torch.equal(packed.linear(x3, w, True), torch.nn.functional.linear(x3, w)), (out, inp)
 
 
 def test_the_packed_copy_is_remade_when_its_weight_changes_in_place():

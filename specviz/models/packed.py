@@ -7,8 +7,12 @@ prepacking uses) and calling ``torch.ops.mkldnn._linear_pointwise`` on the packe
 same products from fewer bytes moved. Measured on this 2-core CPU (one layer set of SmolLM2-135M's
 shapes x 30 layers plus the 49,152-row output layer, every weight read once, 2026-12-01):
 21.9 -> 15.4 ms at 1 row, 30.0 -> 18.1 ms at 40 rows (a B = 8, k = 4 verify), 53 -> 39 ms at 200,
-with bitwise-equal results at every row count tried (1-200) for packs made with ``HINT`` rows;
-packs made for 1 row gave other roundings from 40 rows on. tests/test_packed.py checks equality.
+with bitwise-equal results for packs made with ``HINT`` rows at every row count tried up to 320
+(SmolLM2's four projection shapes and its output layer, and 2048-8192-wide ones; packs made for 1
+row gave other roundings from 40 rows on). From 352 rows on, oneDNN picks another kernel for the
+1536-wide down projection and the roundings differ, so calls of more than ``MAX_ROWS`` rows (long
+prefills, compute-bound, where one reorder is cheap next to the product) keep ``F.linear``.
+tests/test_packed.py checks the equality.
 
 Only bf16 weights on the CPU are packed (fp32 keeps MKL's sgemm, so the fp32 exactness checks see
 exactly the products they always did). A packed copy is remade when its weight changes in place
@@ -24,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 HINT = 40  # the row count oneDNN is told to pack for (see the module docstring)
+MAX_ROWS = 256  # more rows than this: F.linear (see the module docstring)
 FRESH_BYTES = 16 << 20  # a packed output layer writes fresh logits up to this size; past it, the reused buffer
 
 
@@ -44,7 +49,8 @@ def pack_of(weight: torch.Tensor) -> torch.Tensor:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, packed: bool) -> torch.Tensor:
-    """x [..., in] @ weight[out, in].T -> [..., out], through the packed copy when ``packed``."""
-    if not packed:
+    """x [..., in] @ weight[out, in].T -> [..., out], through the packed copy when ``packed`` (and x has
+    at most ``MAX_ROWS`` rows)."""
+    if not packed or x.numel() > MAX_ROWS * x.shape[-1]:
         return F.linear(x, weight)
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack_of(weight), None, "none", [], "")
