@@ -4,15 +4,13 @@
 layout, which oneDNN first reorders into the blocked layout its AVX-512/AMX kernels read, on every
 call. Reordering once (``torch.ops.mkldnn._reorder_linear_weight``, what inductor's CPU weight
 prepacking uses) and calling ``torch.ops.mkldnn._linear_pointwise`` on the packed copy computes the
-same products from fewer bytes moved. Measured on this 2-core CPU (one layer set of SmolLM2-135M's
-shapes x 30 layers plus the 49,152-row output layer, every weight read once, 2026-12-01):
-21.9 -> 15.4 ms at 1 row, 30.0 -> 18.1 ms at 40 rows (a B = 8, k = 4 verify), 53 -> 39 ms at 200,
-with bitwise-equal results for packs made with ``HINT`` rows at every row count tried up to 320
-(SmolLM2's four projection shapes and its output layer, and 2048-8192-wide ones; packs made for 1
-row gave other roundings from 40 rows on). From 352 rows on, oneDNN picks another kernel for the
-1536-wide down projection and the roundings differ, so calls of more than ``MAX_ROWS`` rows (long
-prefills, compute-bound, where one reorder is cheap next to the product) keep ``F.linear``.
-tests/test_packed.py checks the equality.
+same products from fewer bytes moved: one target forward of SmolLM2-135M on this 2-core CPU is
+1.15-1.26x faster at B = 1 and 8, one or five slots per row (BENCHMARKS.md,
+``bench/packed_weights.py --forwards``). Packed for ``HINT`` rows, the results are bitwise equal to
+``F.linear``'s up to ``MAX_ROWS`` rows for SmolLM2's five shapes. At a B = 8 prefill's 440 rows the
+o and down projections round differently, so calls of more rows (long prefills: compute-bound,
+where one reorder is cheap next to the product) keep ``F.linear``. tests/test_packed.py checks
+both.
 
 Only bf16 weights on the CPU are packed (fp32 keeps MKL's sgemm, so the fp32 exactness checks see
 exactly the products they always did). A packed copy is remade when its weight changes in place
