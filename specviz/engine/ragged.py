@@ -195,10 +195,11 @@ class RaggedCache:
         new_valid = self.valid.gather(1, order)
         if self.static:
             self.cache.gather_slots(order)
-        for layer in [] if self.static else self.cache.layers:  # a target split over GPUs (--device-map auto) has layers on each
-            idx = order.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-            layer.keys = layer.keys.gather(2, idx)
-            layer.values = layer.values.gather(2, idx)
+        else:
+            for layer in self.cache.layers:  # a target split over GPUs (--device-map auto) has layers on each
+                idx = order.to(layer.keys.device)[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+                layer.keys = layer.keys.gather(2, idx)
+                layer.values = layer.values.gather(2, idx)
         self.valid = new_valid
         self.compactions += 1
 
@@ -206,10 +207,11 @@ class RaggedCache:
         """Keep only these rows (finished rows leave the batch)."""
         if self.static:
             self.cache.select_rows(rows)
-        for layer in [] if self.static else self.cache.layers:  # each layer indexed on its own device (a split target)
-            if layer.is_initialized:
-                r = rows.to(layer.keys.device)  # [B_kept]
-                layer.keys, layer.values = layer.keys[r], layer.values[r]
+        else:
+            for layer in self.cache.layers:  # each layer indexed on its own device (a split target)
+                if layer.is_initialized:
+                    r = rows.to(layer.keys.device)  # [B_kept]
+                    layer.keys, layer.values = layer.keys[r], layer.values[r]
         self.valid = self.valid[rows]
         self.lengths = self.lengths[rows]
         self._crop_leading()
@@ -223,9 +225,10 @@ class RaggedCache:
         if first > 0 and bool(any_valid.any()):
             if self.static:
                 self.cache.drop_leading(first)
-            for layer in [] if self.static else self.cache.layers:
-                layer.keys = layer.keys[:, :, first:]
-                layer.values = layer.values[:, :, first:]
+            else:
+                for layer in self.cache.layers:
+                    layer.keys = layer.keys[:, :, first:]
+                    layer.values = layer.values[:, :, first:]
             self.valid = self.valid[:, first:]
 
     def extend(self, other: "RaggedCache") -> None:
