@@ -21,6 +21,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from drafts import print_round  # noqa: E402
 from specviz.measure.bench import engine_arm, interleaved, same_rows, warm_up  # noqa: E402
 from specviz.run import RunConfig, get_model, make_proposer, read_prompts  # noqa: E402
 
@@ -87,9 +88,7 @@ def main() -> None:
             arms[f"{mode} {'packed' if on else 'plain'}"] = switched(engine_arm(cfg, target, proposer), on)
     print(f"torch threads {__import__('torch').get_num_threads()}, B = {a.batch_size}, {len(base.prompts)} prompts, "
           f"{a.max_new_tokens} new tokens, bf16, {a.rounds} rounds", flush=True)
-    res = interleaved(arms, a.rounds, reference="regular plain",
-                      on_round=lambda r, t: print(f"round {r + 1}: " + ", ".join(f"{k} {v:.1f}" for k, v in t.items()),
-                                                  flush=True))
+    res = interleaved(arms, a.rounds, reference="regular plain", on_round=print_round)
     print(f"{'arm':<24}{'tok/s':>8}{'vs regular plain':>18}")
     for lbl, r in res.items():
         print(f"{lbl:<24}{statistics.median(r.tok_s):>8.1f}{statistics.median(r.ratio):>17.2f}x")

@@ -2,10 +2,10 @@
 
 One vLLM server (specviz.peers.server) runs for the whole bench with the speculative config that
 matches ours (``--draft none``: regular decoding on both sides; ``--draft ngram[:N]``: prompt lookup
-on both, the same k). Rounds interleave the two arms (the order swaps every round; each arm starts once the machine is
-idle, ``settle``), each running
-every request once with the same concurrency: ours through ``--batch-size`` slots (``--requests N``:
-N requests, a finished slot refilled), vLLM with as many client threads and ``max_num_seqs`` slots.
+on both, the same k). Rounds interleave the two arms (the order swaps every round, and each arm
+starts once the machine is idle: ``settle``), each running every request once with the same
+concurrency: ours through ``--batch-size`` slots (``--requests N``: N requests, a finished slot
+refilled), vLLM with as many client threads and ``max_num_seqs`` slots.
 Both decode greedily from the same prompt token ids (ours after the chat template; vLLM gets the
 ids, not the text). Per arm: output tokens/s over the round's wall time, TTFT and time per output
 token per request (TTFT from the start of service, ours: the request's prefill start, vLLM: a free
