@@ -124,3 +124,29 @@ def test_cost_aware_controllers_warn_without_a_calibration(controller, fallback,
                      "--tree-width", "2" if controller == "tree" else "1",
                      "--max-new-tokens", "4", "--dtype", "float32", "--device", "cpu", "--out", str(out)])
     assert code == 0 and load_json(str(out))["config"]["controller"] == controller
+
+
+def test_an_unreachable_hub_is_probed_once_and_a_hub_id_then_loads_from_the_local_cache_only(monkeypatch):
+    """Offline, transformers' own retries take ~50 s to fail; the probe makes it one clear line at once."""
+    import socket
+
+    from huggingface_hub import constants
+
+    from specviz.common import SpecvizError
+    from specviz.models import loading
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # read at its import, maybe under the fixture's 1
+    monkeypatch.setattr(loading, "_hub_probe", None)
+    probes = []
+
+    def refuse(address, timeout=None):
+        probes.append(address)
+        raise OSError("no route to host")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    for _ in range(2):
+        with pytest.raises(SpecvizError, match="not in the local Hugging Face cache, and the hub \\(huggingface.co\\) "
+                                               "cannot be reached"):
+            loading.load_model("no-such-org/no-such-model", "cpu", "float32")
+    assert probes == [("huggingface.co", 443)]  # the second load reused the answer

