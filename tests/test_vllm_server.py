@@ -250,6 +250,20 @@ def test_bench_peer_vllm_runs_ours_and_the_server_on_the_same_requests_and_repor
     assert "greedy outputs differ in 2/2 requests (request: first differing position): 0: 0, 1: 0" in out, out
 
 
+def test_bench_peer_vllm_runs_the_default_pair_against_the_servers_own_regular_decoding(fake, capsys):
+    """--peer-draft none: ours speculates with the distilled default draft, which vLLM cannot serve,
+    and the server decodes without a speculative config; the report names both sides."""
+    from specviz.cli import main
+
+    fake.mode("serve")
+    assert main(["bench", "--peer", "vllm", "--draft", "default", "--peer-draft", "none", "--draft-length", "1",
+                 "--prompt", "hi", "--max-new-tokens", "3", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "--speculative-config" not in fake.argv()
+    assert "ours default k=1, vLLM regular" in out, out
+    assert "accept rate" in out and "ours / vLLM tokens/s" in out
+
+
 @pytest.mark.parametrize("a,b,where", [([1, 2, 3], [1, 2, 3], None), ([1, 2, 3], [1, 5, 3], 1),
                                        ([1, 2], [1, 2, 3], 2), ([], [4], 0)])
 def test_first_difference_is_the_first_position_that_differs_or_where_one_output_stops(a, b, where):

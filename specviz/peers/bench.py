@@ -146,6 +146,7 @@ class PeerResult:
     differences: list[tuple[int, int | None]]  # (request, first differing position) from the last round
     startup_s: float
     version: str | None
+    vllm_draft: tuple[str, int] = ("none", 0)  # what the server ran: (draft, num_speculative_tokens)
 
     @property
     def ratio(self) -> float:
@@ -169,39 +170,55 @@ def is_regular(cfg: RunConfig) -> bool:
     return cfg.mode == "regular" or cfg.draft == "none" or cfg.draft_length == 0
 
 
-def check_peer(cfg: RunConfig) -> None:
-    """What a vLLM peer bench can compare, from the flags alone (before anything loads)."""
+def is_ngram(draft: str) -> bool:
+    return draft == "ngram" or draft.startswith("ngram:")
+
+
+def check_peer(cfg: RunConfig, peer_draft: str | None = None) -> None:
+    """What a vLLM peer bench can compare, from the flags alone (before anything loads). ``peer_draft``
+    (none or ngram[:N]) is vLLM's side when ours runs a draft vLLM cannot serve, e.g. the default pair
+    against vLLM's regular decoding."""
     if cfg.temperature != 0:
         raise SpecvizError("the vLLM peer bench compares greedy outputs: use --temperature 0")
-    if not is_regular(cfg) and not (cfg.draft == "ngram" or cfg.draft.startswith("ngram:")):
-        raise SpecvizError(f"the vLLM peer bench runs ngram or regular decoding (vLLM cannot serve specviz's "
-                           f"{cfg.draft} draft): use --draft ngram or --draft none")
+    if peer_draft is not None and not (peer_draft == "none" or is_ngram(peer_draft)):
+        raise SpecvizError(f"vLLM's side of the peer bench runs ngram or regular decoding: --peer-draft ngram or "
+                           f"--peer-draft none, not {peer_draft}")
+    if peer_draft is None and not is_regular(cfg) and not is_ngram(cfg.draft):
+        raise SpecvizError(f"vLLM cannot serve specviz's {cfg.draft} draft: compare it with vLLM's regular decoding "
+                           f"(--peer-draft none) or its n-grams (--peer-draft ngram), or run --draft ngram on both")
     if cfg.tree_width > 1 or cfg.controller != "fixed" or cfg.arrival_rate or cfg.static:
         raise SpecvizError("the vLLM peer bench runs fixed-k chains with every request queued at the start: drop "
                            "--tree-width, --controller, --arrival-rate and --static")
 
 
-def _setup(cfg: RunConfig, serve: ServeConfig | None):
+def vllm_draft(cfg: RunConfig, peer_draft: str | None = None) -> tuple[str, int]:
+    """vLLM's (draft, num_speculative_tokens) for a bench: ours unless ``peer_draft`` says otherwise."""
+    draft = peer_draft if peer_draft is not None else ("none" if is_regular(cfg) else cfg.draft)
+    return draft, (0 if draft == "none" else cfg.draft_length)
+
+
+def _setup(cfg: RunConfig, serve: ServeConfig | None, peer_draft: str | None = None):
     """Our pair and the matching vLLM server config (not started) for a bench configuration."""
-    check_peer(cfg)
+    check_peer(cfg, peer_draft)
     regular = is_regular(cfg)
     ours_cfg = dataclasses.replace(cfg, mode="regular" if regular else "speculative",
                                    requests=cfg.requests or max(cfg.batch_size, len(cfg.prompts)))
     ours_cfg.validate()
     target, proposer = load_pair(ours_cfg)
-    serve = dataclasses.replace(serve or ServeConfig(), target=cfg.target, draft="none" if regular else cfg.draft,
-                                draft_length=0 if regular else cfg.draft_length,
+    draft, k = vllm_draft(cfg, peer_draft)
+    serve = dataclasses.replace(serve or ServeConfig(), target=cfg.target, draft=draft, draft_length=k,
                                 dtype=str(target.dtype).removeprefix("torch."))
     return ours_cfg, target, proposer, serve
 
 
 def peer_bench(cfg: RunConfig, slots: list[tuple[int, int | None]] | None = None, rounds: int = 3,
-               serve: ServeConfig | None = None, on_round=None):
+               serve: ServeConfig | None = None, on_round=None, peer_draft: str | None = None):
     """Ours vs one vLLM server started here, interleaved over ``rounds``, for each (slots, requests)
     setting (default: cfg's own; requests None = every prompt once, at least one per slot). Greedy only.
-    Yields a PeerResult per setting as soon as it is measured."""
+    ``peer_draft``: vLLM's draft (none or ngram[:N]) when it is not ours. Yields a PeerResult per
+    setting as soon as it is measured."""
     settings = slots or [(cfg.batch_size, cfg.requests)]
-    ours_cfg, target, proposer, serve = _setup(cfg, serve)
+    ours_cfg, target, proposer, serve = _setup(cfg, serve, peer_draft)
     serve = dataclasses.replace(serve, max_num_seqs=max(b for b, _ in settings))
     with VllmServer(serve) as server:
         version = metrics.server_version(server.url)
@@ -210,6 +227,7 @@ def peer_bench(cfg: RunConfig, slots: list[tuple[int, int | None]] | None = None
             one = dataclasses.replace(ours_cfg, batch_size=b, requests=n or max(b, len(cfg.prompts)))
             res = _measure(one, target, proposer, server, rounds, on_round)
             res.version = version
+            res.vllm_draft = (serve.draft, serve.draft_length)
             yield res
 
 
@@ -256,8 +274,10 @@ def _p(values: list[float], q: float) -> str:
 def format_result(res: PeerResult) -> str:
     c, d, a = res.cfg, res.vllm_delta, res.ours_acceptance
     n = c.num_requests
-    lines = [f"vLLM {res.version} (started in {res.startup_s:.0f} s) vs ours: target {c.target}, "
-             f"{'regular' if not a else f'{c.draft} k={c.draft_length}'}, {n} requests through {c.batch_size} slots, "
+    theirs = "regular" if res.vllm_draft[0] == "none" else f"{res.vllm_draft[0]} k={res.vllm_draft[1]}"
+    ours = "regular" if not a else f"{c.draft} k={c.draft_length}"
+    lines = [f"vLLM {res.version} (started in {res.startup_s:.0f} s) vs ours: target {c.target}, ours {ours}, vLLM "
+             f"{theirs}, {n} requests through {c.batch_size} slots, "
              f"max_new_tokens={c.max_new_tokens}, greedy, {res.rounds} interleaved rounds",
              f"{'arm':<8}{'tokens/s':>10}{'TTFT p50/p95 ms':>18}{'TPOT p50/p95 ms':>18}{'accept rate':>13}"
              f"{'mean len':>10}  per position"]

@@ -3,6 +3,7 @@ signal handling).
 
     python -m specviz vllm serve --target default [--draft ngram|SPEC] --draft-length K [--port P]
     python -m specviz bench --peer vllm --draft ngram|none --draft-length K --batch-size B [--requests N]
+    python -m specviz bench --peer vllm --draft default --peer-draft none|ngram ...   (our pair vs vLLM's best)
 
 Its flags are checked in specviz.checks (check_vllm_args) before anything starts, like every
 subcommand's.
@@ -50,8 +51,8 @@ def run_vllm(a, cfg=None) -> int:
         return 0
     from specviz.peers.bench import check_peer, format_result, peer_bench
 
-    check_peer(cfg)
-    for res in peer_bench(cfg, rounds=a.repeats,
+    check_peer(cfg, a.peer_draft)
+    for res in peer_bench(cfg, rounds=a.repeats, peer_draft=a.peer_draft,
                           on_round=lambda i, o, v: print(f"round {i + 1}: ours {o:.1f}, vLLM {v:.1f} tokens/s",
                                                          file=sys.stderr, flush=True)):
         print(format_result(res))
