@@ -77,6 +77,7 @@ def config_from_widgets() -> RunConfig:
     ss = st.session_state
     v = appstate.sidebar_values(ss)
     return RunConfig(target=v["target"], draft=appstate.draft_spec(ss), device=v["device"], dtype=v["dtype"],
+                     cuda_graphs=bool(v["cuda_graphs"]),
                      prompts=promptsets.from_text(ss["prompts_text"]), batch_size=int(ss["batch_size"]),
                      draft_length=int(ss["draft_length"]), controller=ss["controller"],
                      temperature=float(ss["temperature"]), top_p=float(ss["top_p"]),

@@ -16,6 +16,7 @@ from specviz.common import SpecvizError
 
 
 def _config(a):
+    from specviz.models import statickv
     from specviz.run import RunConfig, read_prompts
 
     prompts = list(a.prompt or [])
@@ -33,7 +34,8 @@ def _config(a):
                      dtype=a.dtype, device_map=a.device_map, raw_prompt=a.raw_prompt, controller_args=cargs,
                      draft_confidence=a.draft_confidence, requests=getattr(a, "requests", None),
                      arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False),
-                     tree_width=getattr(a, "tree_width", 1), tree_nodes=getattr(a, "tree_nodes", 16))
+                     tree_width=getattr(a, "tree_width", 1), tree_nodes=getattr(a, "tree_nodes", 16),
+                     cuda_graphs=bool(getattr(a, "cuda_graphs", False)) or statickv.graphs_enabled())
 
 
 def _progress(total: int, desc: str):
@@ -307,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument("--no-peer", action="store_true", help="skip transformers' generate() peer")
     pb.add_argument("--peer", choices=["transformers", "vllm"], default="transformers", help="vllm: a real server")
     pb.add_argument("--peer-draft", metavar="SPEC",
-                    help="the peer's draft when it differs from ours (transformers cannot run a feature draft)")
+                    help="the peer's draft when it differs from ours (transformers cannot run a feature draft; "
+                         "with --peer vllm: none or ngram[:N], vLLM's side against our model draft)")
     pc = sub.add_parser("calibrate", help="fit the cost model of the target and draft on this device")
     add_run_args(pc)
     pc.add_argument("--batch-sizes", default="1,2,4,8,16")
@@ -349,7 +352,9 @@ def main(argv=None) -> int:
     try:
         check_args(a.cmd, a)  # every flag and file, before any model loads
         if getattr(a, "cuda_graphs", False):  # read where each KV cache is made (specviz.models.statickv)
-            os.environ["SPECVIZ_CUDA_GRAPHS"] = "1"
+            from specviz.models import statickv
+
+            statickv.use_graphs(True)
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep,
                 "distill": cmd_distill, "vllm": cmd_vllm}[a.cmd](a)
     except SpecvizError as e:

@@ -56,6 +56,9 @@ class RunConfig:
     # tree_width 1 = chains (today's code path and output).
     tree_width: int = 1
     tree_nodes: int = 16
+    # CUDA graphs (issue 18): the target's and a model draft's forwards over a static KV cache,
+    # replayed as graphs where the model is on CUDA (specviz.models.statickv; eager elsewhere).
+    cuda_graphs: bool = False
 
     def validate(self) -> None:
         """Reject bad input with one clear sentence (checked before anything loads)."""
@@ -133,6 +136,8 @@ class RunConfig:
         d.pop("controller_args")
         if self.tree_width == 1 and self.controller != "tree":  # chains: the trace's config reads as before trees
             d.pop("tree_width"), d.pop("tree_nodes")
+        if not self.cuda_graphs:  # the trace's config reads as before graphs
+            d.pop("cuda_graphs")
         if self.device_map == "none":  # one device: the config reads as before device maps
             d.pop("device_map")
         elif target is not None and getattr(target, "device_map", None):

@@ -322,6 +322,21 @@ def test_race_runs_regular_decoding_and_replays_both():
     assert "race_replay" in {el.key for el in at.get("plotly_chart")} or at.session_state["replay_t0"] is None
 
 
+def test_cuda_graphs_box_is_off_without_cuda_and_a_graphs_run_is_recorded_and_exact():
+    """The sidebar's CUDA graphs box is disabled on a machine without CUDA. Ticked (as on a GPU
+    machine), the run goes through the static KV cache (eager off CUDA), says so in its trace, and
+    its greedy rows equal its regular race partner's."""
+    at = new_app()
+    box = at.checkbox(key="cuda_graphs")
+    assert box.disabled == (not torch.cuda.is_available()) and box.value is False
+    at.session_state["cuda_graphs"] = True
+    run = finish(at, start_live_run(at, batch=2, max_new=6))
+    assert run.status == "done", run.error
+    assert run.trace["config"]["cuda_graphs"] is True and run.regular_trace["config"]["cuda_graphs"] is True
+    assert ([s["output_token_ids"] for s in run.trace["sequences"]]
+            == [s["output_token_ids"] for s in run.regular_trace["sequences"]])
+
+
 @pytest.mark.parametrize("controller,fallback", [("bass-capped", "batch-1 formula"), ("tree", "illustrative roofline")])
 def test_cost_aware_policies_say_when_uncalibrated_and_run(controller, fallback, monkeypatch):
     """analytic / bass-capped / tree need the calibrated cost model; without one the page says what they use."""

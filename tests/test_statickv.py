@@ -266,3 +266,15 @@ def test_greedy_outputs_with_graphs_equal_without_on_cuda(monkeypatch, dtype):
     assert runs[True][0] == runs[False][0]
     assert runs[True][1].kv.cache.runner.replays > 0
 
+
+
+def test_use_graphs_switches_the_static_cache_for_caches_made_after_and_the_trace_says_so(target, monkeypatch):
+    from specviz.run import RunConfig
+
+    _static(monkeypatch, False)
+    statickv.use_graphs(True)
+    assert statickv.graphs_enabled() and RaggedCache(target.model).static
+    statickv.use_graphs(False)
+    assert not statickv.enabled() and not RaggedCache(target.model).static
+    assert "cuda_graphs" not in RunConfig(prompts=["hi"]).to_trace_config()
+    assert RunConfig(prompts=["hi"], cuda_graphs=True).to_trace_config()["cuda_graphs"] is True

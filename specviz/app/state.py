@@ -21,7 +21,8 @@ from specviz.analysis.costs import trace_calibration
 from specviz.analysis.tracestats import alpha_from_trace, decoder_for, draft_cost_ratio, predicted_speedup  # noqa: F401
 
 # Session keys shared by app.py and the pages (sidebar widgets write them).
-SIDEBAR_DEFAULTS = {"target": "default", "draft_kind": "default", "draft_spec": "", "device": "auto", "dtype": "auto"}
+SIDEBAR_DEFAULTS = {"target": "default", "draft_kind": "default", "draft_spec": "", "device": "auto", "dtype": "auto",
+                    "cuda_graphs": False}
 TRACE_KEY = "trace"  # the trace every page shows: the last run, or an uploaded one
 TRACE_SOURCE_KEY = "trace_source"
 RUN_KEY = "live_run"
@@ -45,6 +46,12 @@ def queue_settings(state) -> dict:
     """RunConfig fields from the queue controls: requests (None = the batch size) and arrival_rate."""
     n = int(state.get("requests", 0) or 0)
     return {"requests": n or None, "arrival_rate": float(state.get("arrival_rate", 0.0) or 0.0)}
+
+
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def sidebar_values(state) -> dict:

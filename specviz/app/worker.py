@@ -200,6 +200,9 @@ class _Job:
                 self.send("end", "stopped", None, self.notes)
                 return
             self.send("status", "running")
+            from specviz.models import statickv  # (imported here: the child imports torch after its environment)
+
+            statickv.use_graphs(cfg.cuda_graphs)  # this run's KV caches are made from here on
             self.send("trace", self._decode(cfg, target, proposer, record=True))
             if job.race and not self.stopped:
                 self.send("status", "racing")

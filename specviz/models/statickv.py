@@ -41,6 +41,12 @@ def graphs_enabled() -> bool:
     return os.environ.get("SPECVIZ_CUDA_GRAPHS", "0") == "1"
 
 
+def use_graphs(on: bool) -> None:
+    """Turn CUDA graphs on or off for the KV caches made from now on in this process (the CLI's
+    --cuda-graphs, the app's decode worker per run): the same switch as SPECVIZ_CUDA_GRAPHS."""
+    os.environ["SPECVIZ_CUDA_GRAPHS"] = "1" if on else "0"
+
+
 def enabled() -> bool:
     """The static cache is on: forced for tests (SPECVIZ_STATIC_CACHE=1) or wanted by CUDA graphs."""
     return os.environ.get("SPECVIZ_STATIC_CACHE", "0") == "1" or graphs_enabled()
