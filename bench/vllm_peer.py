@@ -50,11 +50,16 @@ def ms(v):
 def row(mode: str, r) -> str:
     from specviz.analysis.trace import percentile
 
-    a, d = r.ours_acceptance, r.vllm_delta
-    acc = (f"{a['rate']:.3f} / {d.acceptance_rate:.3f}" if a and d else "-")
-    length = (f"{a['mean_length']:.2f} / {d.mean_acceptance_length:.2f}" if a and d else "-")
-    pos = ("ours " + ", ".join(f"{x:.2f}" for x in a["per_position"]) + "; vLLM "
-           + ", ".join(f"{x:.2f}" for x in d.acceptance_per_position) if a and d and a["per_position"] else "-")
+    a, d = r.ours_acceptance, r.vllm_delta  # either may be empty: a side that decoded regularly
+
+    def pair(ours, theirs, fmt):
+        return "-" if not a and not d else f"{fmt(ours) if a else '-'} / {fmt(theirs) if d else '-'}"
+
+    acc = pair(a.get("rate"), d and d.acceptance_rate, lambda x: f"{x:.3f}")
+    length = pair(a.get("mean_length"), d and d.mean_acceptance_length, lambda x: f"{x:.2f}")
+    pos = "; ".join(f"{who} " + ", ".join(f"{x:.2f}" for x in xs) for who, xs in
+                    (("ours", a.get("per_position") if a else None), ("vLLM", d.acceptance_per_position if d else None))
+                    if xs) or "-"
     same = f"{r.cfg.num_requests - len(r.differences)}/{r.cfg.num_requests}"
     return (f"| {mode} | {r.cfg.batch_size} | {r.cfg.num_requests} | {statistics.median(r.ours_tok_s):.1f} | "
             f"{statistics.median(r.vllm_tok_s):.1f} | **{r.ratio:.2f}x** | "
