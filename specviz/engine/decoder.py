@@ -31,6 +31,7 @@ import torch
 from specviz.engine import streams
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams, accept_reference
+from specviz.engine.transfer import host_tensor
 from specviz.engine.treestep import default_accept_tree_fn, tree_phases
 
 
@@ -184,11 +185,10 @@ class SpecDecoder:
         """A cache over these rows' prompts but the last token; self._hidden = (hidden, valid) or Nones."""
         kv = RaggedCache(self.target.model, self.compact_threshold, keep_hidden=self.keep_hidden)
         ids, valid = left_pad([r.prompt_ids[:-1] for r in rows], 0, self.device)
-        kv.valid = torch.zeros(len(rows), 0, dtype=torch.bool, device=self.device)
-        kv.lengths = torch.zeros(len(rows), dtype=torch.long, device=self.device)
+        kv.empty_rows(len(rows))
         self._hidden = (None, None)
         if ids.shape[1]:
-            kv.forward(ids, valid, last_only=True)
+            kv.forward(ids, valid, last_only=True, counts=[len(r.prompt_ids) - 1 for r in rows])
             self._hidden = (kv.hidden, valid)
         return kv
 
@@ -287,6 +287,7 @@ class SpecDecoder:
         if w < k:
             drafts, q, u_verify = drafts[:, :w], (q[:, :w] if q is not None else None), u_verify[:, : w + 1]
         lap()
+        before = self.kv.host_lengths  # each row's cached tokens before the verify, when known on the host
         logits = self._verify(drafts, n)
         lap()
         verdict = self.accept_fn(logits, drafts, n, u_verify, self.params, q)
@@ -297,7 +298,8 @@ class SpecDecoder:
         emitted = [h[2:3 + h[0]] for h in host]
         lap()
         proposed = [h[3 + w:3 + w + h[1]] for h in host]
-        rows, compacted, left = self._advance(step, verdict.num_accepted, num_accepted, emitted, proposed, w + 1)
+        after = None if before is None else [b + 1 + a for b, a in zip(before, num_accepted)]
+        rows, compacted, left = self._advance(step, verdict.num_accepted, num_accepted, emitted, proposed, w + 1, after)
         lap()
         return w + 1, rows, compacted, left
 
@@ -313,7 +315,7 @@ class SpecDecoder:
 
     def _verify(self, drafts: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         """ONE batched target forward over [last token, d_1..d_k] per row -> logits [B, k+1, V]."""
-        last = torch.tensor([r.last for r in self.active], device=self.device).unsqueeze(1)  # [B, 1]
+        last = host_tensor([r.last for r in self.active], self.device).unsqueeze(1)  # [B, 1]
         ids = torch.cat([last, drafts.clamp(min=0)], dim=1)  # [B, k+1]
         slots = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)  # [1, k+1]
         valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes
@@ -322,10 +324,13 @@ class SpecDecoder:
         return logits
 
     def _advance(self, step: int, accepted_t: torch.Tensor, num_accepted: list[int], emitted: list[list[int]],
-                 proposed: list[list[int]], width: int) -> tuple[list[dict], bool, list[RowState]]:
-        """Roll back rejected slots, grow outputs, retire finished rows; returns the row records."""
+                 proposed: list[list[int]], width: int,
+                 lengths: list[int] | None = None) -> tuple[list[dict], bool, list[RowState]]:
+        """Roll back rejected slots, grow outputs, retire finished rows; returns the row records.
+        lengths: each row's cached tokens after the rollback, on the host (when known)."""
         keep_slots = torch.arange(width, device=self.device).unsqueeze(0) <= accepted_t.unsqueeze(1)  # [B, k+1]
-        self.kv.reject_tail(keep_slots)  # slot 0 (the last token) + accepted drafts stay
+        # slot 0 (the last token) + accepted drafts stay: a prefix of 1 + a per row, known on the host
+        self.kv.reject_tail(keep_slots, [1 + a for a in num_accepted], lengths)
         compacted = self.kv.maybe_compact()
         if self.wants_features:
             self.proposer.commit(num_accepted, emitted, features=self.verify_hidden)
@@ -353,8 +358,8 @@ class SpecDecoder:
                                            for r in self.active])
         left = [r for r in self.active if r.finish_reason is not None]
         if len(keep) < len(self.active):
-            idx = torch.tensor(keep, dtype=torch.long, device=self.device)
-            self.kv.select_rows(idx)
+            idx = host_tensor(keep, self.device)
+            self.kv.select_rows(idx, keep)
             if self.proposer is not None:
                 self.proposer.select_rows(idx)
             self.active = [self.active[i] for i in keep]

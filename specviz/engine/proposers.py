@@ -21,6 +21,7 @@ from specviz.models.distilled import fused_input
 from specviz.engine import treedraft
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams, sample_tokens
+from specviz.engine.transfer import host_tensor, to_device
 
 
 @dataclasses.dataclass
@@ -64,10 +65,9 @@ class ModelDraft:
         kv = RaggedCache(self.model, self.compact_threshold)
         ids, valid = left_pad([c[:-1] for c in contexts], 0, self.device)
         if ids.shape[1]:
-            kv.forward(ids, valid, last_only=True)
+            kv.forward(ids, valid, last_only=True, counts=[len(c) - 1 for c in contexts])
         else:
-            kv.valid = torch.zeros(len(contexts), 0, dtype=torch.bool, device=self.device)
-            kv.lengths = torch.zeros(len(contexts), dtype=torch.long, device=self.device)
+            kv.empty_rows(len(contexts))
         return kv
 
     def add_rows(self, contexts: list[list[int]]) -> None:
@@ -88,13 +88,15 @@ class ModelDraft:
     # ---- one draft forward: overridden by FeatureDraft ----------------------------------------
     def _first_input(self):
         """What the first forward of a step feeds: the pending tokens, left-padded."""
+        self._counts = [len(p) for p in self.pending]  # valid slots per row, for the cache's host lengths
         return left_pad(self.pending, 0, self.device)
 
     def _forward(self, inp) -> torch.Tensor:
         ids, valid = inp
-        return self._q(self.kv.forward(ids, valid, last_only=True)[:, -1])  # [B, V]
+        return self._q(self.kv.forward(ids, valid, last_only=True, counts=self._counts)[:, -1])  # [B, V]
 
     def _next_input(self, tok: torch.Tensor):
+        self._counts = [1] * tok.shape[0]
         return tok.unsqueeze(1), torch.ones(tok.shape[0], 1, dtype=torch.bool, device=self.device)
 
     def _cannot_draft(self) -> torch.Tensor | None:
@@ -136,10 +138,11 @@ class ModelDraft:
 
     def commit(self, num_accepted: list[int], emitted: list[list[int]]) -> None:
         fed = self._fed
-        if fed:
-            acc = torch.tensor(num_accepted, device=self.device)
+        if fed:  # the last ``fed`` slots, valid in every row: a prefix of min(accepted, fed) stays
+            acc = host_tensor(num_accepted, self.device)  # [B]
             keep = torch.arange(fed, device=self.device).unsqueeze(0) < acc.unsqueeze(1)  # [B, fed]
-            self.kv.reject_tail(keep)
+            kept, h = [min(a, fed) for a in num_accepted], self.kv.host_lengths
+            self.kv.reject_tail(keep, kept, None if h is None else [x - fed + c for x, c in zip(h, kept)])
         self.kv.maybe_compact()
         if self._proposed == 0:  # nothing was fed this step (k = 0): the backlog grows
             self.pending = [p + e for p, e in zip(self.pending, emitted)]
@@ -148,8 +151,9 @@ class ModelDraft:
         self._fed = self._proposed = 0
 
     def select_rows(self, rows: torch.Tensor) -> None:
-        self.kv.select_rows(rows)
-        self.pending = [self.pending[i] for i in rows.tolist()]
+        host_rows = rows.tolist()  # (rows leave: not every step)
+        self.kv.select_rows(rows, host_rows)
+        self.pending = [self.pending[i] for i in host_rows]
 
     # ---- token trees (specviz.engine.treedraft) ------------------------------------------------
     def propose_tree(self, contexts, k: int, width: int, nodes: int, params: SamplingParams):
@@ -178,8 +182,7 @@ class FeatureDraft(ModelDraft):
     def start(self, contexts: list[list[int]], features=None) -> None:
         B = len(contexts)
         self.kv = RaggedCache(self.model, self.compact_threshold, keep_hidden=True)
-        self.kv.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
-        self.kv.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
+        self.kv.empty_rows(B)
         H = self.model.config.hidden_size
         hidden, valid = features if features is not None and features[0] is not None else (None, None)
         # prefill fed x_0 .. x_{P-2}, so it gave f_0 .. f_{P-2}: positions 1 .. P-1 can be fed
@@ -279,8 +282,7 @@ class NgramDraft:
         conts = [self._lookup(ctx, k) if k else [] for ctx in contexts]
         n = [len(c) for c in conts]
         tokens = torch.tensor([c + [-1] * (k - len(c)) for c in conts], dtype=torch.long).view(len(conts), k)  # [B, k]
-        return Proposal(tokens.to(self.device), torch.tensor(n, dtype=torch.long).to(self.device), None,
-                        widest=max(n, default=0))
+        return Proposal(to_device(tokens, self.device), host_tensor(n, self.device), None, widest=max(n, default=0))
 
     def commit(self, num_accepted, emitted) -> None:
         pass

@@ -17,12 +17,20 @@ last slots of their row, holes in front. Those leading holes are not reclaimable
 keeps the longest row's length), so they do not count towards the threshold: with the total hole
 count as the trigger, a queue of newcomers made the cache compact nearly every step for nothing
 (57 compactions in one 32-request run, bench/results/continuous-2026-12-01).
+
+Reads from the device (a host-device sync on a GPU) are what a step's bookkeeping must avoid.
+``host_lengths`` mirrors ``lengths`` on the host whenever every change to it came with host
+numbers (``forward(counts=...)``, ``reject_tail(kept=..., lengths=...)``, joins and row
+selections of known rows). While it is known, the crop, the compaction test, the compaction and
+the hole count read nothing from the device; when it is not (None), the next of them reads the
+lengths once and the mirror is known again.
 """
 
 from __future__ import annotations
 
 import torch
 
+from specviz.engine.transfer import to_device
 from specviz.models import fastllama, statickv
 
 
@@ -56,6 +64,7 @@ class RaggedCache:
         self.device = next(model.parameters()).device
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)  # [B, L]
         self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)  # [B] valid tokens per row
+        self.host_lengths: list[int] | None = []  # lengths on the host when known, else None (module docstring)
         self.compact_threshold = compact_threshold
         self.compactions = 0
         self._logits_store: torch.Tensor | None = None  # the reused verify-logits storage (_logits_buffer)
@@ -71,13 +80,26 @@ class RaggedCache:
 
     @property
     def holes(self) -> int:
-        return int(self.valid.numel() - self.valid.sum())
+        return self.valid.numel() - sum(self._lengths_on_host())
+
+    def _lengths_on_host(self) -> list[int]:
+        """The mirror, read from the device (one sync) only when it is not known."""
+        if self.host_lengths is None:
+            self.host_lengths = self.lengths.tolist()
+        return self.host_lengths
+
+    def empty_rows(self, B: int) -> None:
+        """B rows and no slots yet (a prefill of nothing: every prompt is one token)."""
+        self.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
+        self.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
+        self.host_lengths = [0] * B
 
     # ---- forward ---------------------------------------------------------------------------
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor | None, input_valid: torch.Tensor, last_only: bool = False,
                 inputs_embeds: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-                tail_mask: torch.Tensor | None = None, reuse_logits: bool = False) -> torch.Tensor:
+                tail_mask: torch.Tensor | None = None, reuse_logits: bool = False,
+                counts: list[int] | None = None) -> torch.Tensor:
         """Append T slots per row and run the model over them.
 
         input_ids:   [B, T] token ids (anything at invalid slots), or None with inputs_embeds
@@ -88,12 +110,15 @@ class RaggedCache:
                      ancestors and itself; fastllama.visible)
         reuse_logits: the logits go into a buffer this cache reuses (lean forward only): the caller
                      is done with the previous call's logits (the decoder's verify)
+        counts:      valid slots per row in input_valid, when the caller knows them on the host
+                     (keeps host_lengths known); None: host_lengths becomes unknown
         returns logits [B, T, V] (or [B, 1, V] for the last slot when last_only)
         """
         B, T = input_valid.shape
         if self.valid.shape[0] == 0 and self.slots == 0:
-            self.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
-            self.lengths = torch.zeros(B, dtype=torch.long, device=self.device)
+            self.empty_rows(B)
+        known = counts is not None and self.host_lengths is not None
+        self.host_lengths = [h + c for h, c in zip(self.host_lengths, counts)] if known else None
         # position of a valid slot = valid tokens before it in its row; holes reuse a neighbour's
         if positions is None:
             positions = self.lengths.unsqueeze(1) + input_valid.long().cumsum(dim=1) - 1  # [B, T]
@@ -149,14 +174,25 @@ class RaggedCache:
         return torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
     # ---- rollback and memory ---------------------------------------------------------------
-    def reject_tail(self, keep: torch.Tensor) -> None:
-        """Mark the last T slots per row kept or rejected; keep: [B, T] bool."""
+    def reject_tail(self, keep: torch.Tensor, kept: list[int] | None = None,
+                    lengths: list[int] | None = None) -> None:
+        """Mark the last T slots per row kept or rejected; keep: [B, T] bool.
+
+        kept: when keep is a prefix per row (chains), each row's kept count, on the host: the crop
+        then reads nothing from the device. lengths: the rows' valid counts after, on the host."""
         T = keep.shape[1]
         tail = self.valid[:, -T:]
         dropped = (tail & ~keep).sum(dim=1)
         self.valid = torch.cat([self.valid[:, : self.slots - T], tail & keep], dim=1)
         self.lengths = self.lengths - dropped
-        self._crop_trailing()
+        self.host_lengths = lengths
+        if kept is None:
+            self._crop_trailing()
+            return
+        remove = T - max(kept, default=T)  # tail slots no row kept (slots before the tail are left as they are)
+        if remove > 0:
+            self.cache.crop(-remove)
+            self.valid = self.valid[:, : self.slots - remove]
 
     def _crop_trailing(self) -> None:
         any_valid = self.valid.any(dim=0)  # [L]
@@ -174,7 +210,7 @@ class RaggedCache:
         """Slots per row a compaction would free: the cache's length past its longest row."""
         if self.slots == 0 or self.valid.shape[0] == 0:
             return 0
-        return self.slots - int(self.lengths.max())
+        return self.slots - max(self._lengths_on_host())
 
     def maybe_compact(self) -> bool:
         """Compact when that frees more than ``compact_threshold`` of the slots (holes a
@@ -187,7 +223,7 @@ class RaggedCache:
     def compact(self) -> None:
         """Gather each row's valid slots to the right end; new length = longest row."""
         B, L = self.valid.shape
-        new_len = int(self.lengths.max()) if B else 0
+        new_len = max(self._lengths_on_host()) if B else 0
         # sort key: holes first (in slot order), then valid slots in slot order
         ar = torch.arange(L, device=self.device)
         key = self.valid.long() * L + ar  # [B, L]
@@ -203,8 +239,12 @@ class RaggedCache:
         self.valid = new_valid
         self.compactions += 1
 
-    def select_rows(self, rows: torch.Tensor) -> None:
-        """Keep only these rows (finished rows leave the batch)."""
+    def select_rows(self, rows: torch.Tensor, host_rows: list[int] | None = None) -> None:
+        """Keep only these rows (finished rows leave the batch); host_rows: the same indices as a list."""
+        if host_rows is not None and self.host_lengths is not None:
+            self.host_lengths = [self.host_lengths[i] for i in host_rows]
+        else:
+            self.host_lengths = None
         if self.static:
             self.cache.select_rows(rows)
         else:
@@ -244,15 +284,19 @@ class RaggedCache:
             self.cache.extend(other.cache, self.valid.shape[0], other.valid.shape[0])
             if self.valid.shape[0] == 0:
                 self.valid, self.lengths = other.valid.to(self.device), other.lengths.to(self.device)
+                self.host_lengths = other.host_lengths
                 return
         elif self.valid.shape[0] == 0:
             self.cache, self.valid, self.lengths = other.cache, other.valid, other.lengths
+            self.host_lengths = other.host_lengths
             return
         else:
             self._extend_layers(other, L)
         pad = lambda v: torch.cat([torch.zeros(v.shape[0], L - v.shape[1], dtype=torch.bool, device=v.device), v], 1)  # noqa: E731
         self.valid = torch.cat([pad(self.valid), pad(other.valid.to(self.device))], dim=0)  # [B + B_new, L]
         self.lengths = torch.cat([self.lengths, other.lengths.to(self.device)])
+        both = self.host_lengths is not None and other.host_lengths is not None
+        self.host_lengths = self.host_lengths + other.host_lengths if both else None
 
     def _extend_layers(self, other: "RaggedCache", L: int) -> None:
         """extend's DynamicCache part: both sides' layers left-padded to L slots, rows concatenated."""
@@ -309,4 +353,4 @@ def left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, 
         if r:
             ids[i, T - len(r):] = torch.tensor(r, dtype=torch.long)
             valid[i, T - len(r):] = True
-    return ids.to(device), valid.to(device)
+    return to_device(ids, device), to_device(valid, device)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from specviz.engine.transfer import to_device
+
 MASK32 = 0xFFFFFFFF
 _M1, _M2 = 0x21F0AAAD, 0x735A2D97  # both < 2**31: x * M < 2**63 for x < 2**32
 _GOLDEN = 0x9E3779B9  # separates the fields folded into a key
@@ -62,5 +64,5 @@ def uniforms(keys: torch.Tensor, steps: torch.Tensor, n: int) -> torch.Tensor:
 def row_uniforms(rows, n: int, device) -> torch.Tensor:
     """[B, n] uniforms for the engine's rows (RowState: ``key``, ``steps`` = steps taken so far):
     draws 0..n-1 of each row's stream at its current step. One small host-to-device copy."""
-    ks = torch.tensor([[r.key, r.steps] for r in rows], dtype=torch.long).view(-1, 2).to(device)  # [B, 2]
+    ks = to_device(torch.tensor([[r.key, r.steps] for r in rows], dtype=torch.long).view(-1, 2), device)  # [B, 2]
     return uniforms(ks[:, 0], ks[:, 1], n)

@@ -1,0 +1,145 @@
+"""A steady chain step reads the device once: the accept result (issue 18).
+
+On a GPU every read of a tensor's values on the host (``.tolist()``, ``.item()``, ``bool(t)``,
+``int(t)``, ``.nonzero()``...) waits for the stream: the host stops queueing work. These tests
+count such reads made by specviz's own code while the engine steps, on the CPU, by wrapping those
+Tensor methods. (The copies the other way go through specviz.engine.transfer; on CUDA,
+bench/gpu_check.sh's graph-tests step runs the same steps under torch's sync debug mode.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import specviz
+from fakes import perturbed_copy, ragged_prompts, tiny_llama
+from specviz.engine.proposers import ModelDraft, NgramDraft
+from specviz.engine.ragged import RaggedCache
+from specviz.run import decoder_for_ids
+
+SPECVIZ = str(Path(specviz.__file__).resolve().parent)
+READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "cpu", "numpy")
+V = 64
+
+
+@contextlib.contextmanager
+def device_reads():
+    """The reads of tensor values made from files under specviz/: a list of (what, file, line)."""
+    calls = []
+    originals = {name: getattr(torch.Tensor, name) for name in READS}
+
+    def wrapped(name, orig):
+        def read(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if caller.startswith(SPECVIZ):
+                calls.append((name, Path(caller).name, sys._getframe(1).f_lineno))
+            return orig(self, *args, **kwargs)
+        return read
+
+    for name, orig in originals.items():
+        setattr(torch.Tensor, name, wrapped(name, orig))
+    try:
+        yield calls
+    finally:
+        for name, orig in originals.items():
+            setattr(torch.Tensor, name, orig)
+
+
+def reads_per_step(dec) -> list[tuple[dict, list]]:
+    """Each step's record with the reads made while it ran (the generator runs one step per next())."""
+    out = []
+    with device_reads() as calls:
+        it = dec.steps()
+        while True:
+            n = len(calls)
+            try:
+                rec = next(it)
+            except StopIteration:
+                break
+            out.append((rec, calls[n:]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(V, layers=2)
+
+
+@pytest.mark.parametrize("draft", ["ngram", "model"])
+def test_a_steady_chain_step_reads_the_device_once(target, draft):
+    prompts = ragged_prompts(4, V, seed=5)
+    proposer = {"ngram": lambda: NgramDraft(), "model": lambda: ModelDraft(perturbed_copy(target, 0.3))}[draft]()
+    dec = decoder_for_ids(target, proposer, prompts, 3, 24)
+    steps = reads_per_step(dec)
+    steady = [(rec, calls) for rec, calls in steps if not rec["left"] and not rec["joined"] and not rec["compacted"]]
+    assert len(steady) >= 5, len(steady)
+    for rec, calls in steady:
+        assert len(calls) == 1 and calls[0][:2] == ("tolist", "decoder.py"), (rec["step"], calls)
+
+
+def test_the_host_lengths_mirror_equals_the_device_lengths_through_steps_leaves_and_joins(target):
+    """What the crop and the compaction read instead of the device is what the device holds."""
+    prompts = ragged_prompts(7, V, seed=2)
+    proposer = ModelDraft(perturbed_copy(target, 0.3))
+    dec = decoder_for_ids(target, proposer, prompts, 3, 12, slots=3)
+    known = 0
+    for rec in dec.steps():
+        for kv in (dec.kv, proposer.kv):
+            if kv.host_lengths is not None:
+                known += 1
+                assert kv.host_lengths == kv.lengths.tolist(), rec["step"]
+        assert rec["cache_holes"] == int((~dec.kv.valid).sum())
+    assert known > 0
+
+
+def test_an_unknown_mirror_is_read_once_and_then_known_again(target):
+    kv = RaggedCache(target.model)
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    valid = torch.tensor([[True, True, True], [False, True, True]])
+    kv.forward(ids, valid)  # no counts: the mirror is not known
+    assert kv.host_lengths is None
+    with device_reads() as calls:
+        assert kv.holes == 1 and kv.holes == 1
+    assert [c[0] for c in calls] == ["tolist"] and kv.host_lengths == [3, 2]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync debug mode needs CUDA")
+@pytest.mark.parametrize("draft", ["ngram", "model"])
+def test_on_cuda_a_steady_chain_step_makes_one_synchronizing_call(draft):
+    """The same steps on the GPU under torch.cuda.set_sync_debug_mode("warn"): every implicit sync
+    (a read, a pageable copy, a synchronizing kernel) is a warning. The phase timers' explicit
+    torch.cuda.synchronize() are not counted by torch."""
+    import warnings
+
+    from specviz.models.loading import LoadedModel
+
+    def on_cuda(m):
+        return LoadedModel(m.spec, m.name, m.model.to("cuda"), m.tokenizer, torch.device("cuda"), m.dtype)
+
+    cpu = tiny_llama(V, layers=2)
+    target = on_cuda(cpu)
+    proposer = NgramDraft(device="cuda") if draft == "ngram" else ModelDraft(on_cuda(perturbed_copy(cpu, 0.3)))
+    dec = decoder_for_ids(target, proposer, ragged_prompts(4, V, seed=5), 3, 24)
+    it, per_step = dec.steps(), []
+    next(it)  # the prefill and first step: allocations, kernels compiled
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        while True:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    rec = next(it)
+                except StopIteration:
+                    break
+            syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+            if not rec["left"] and not rec["joined"] and not rec["compacted"]:
+                per_step.append((rec["step"], len(syncs)))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert per_step and all(n <= 1 for _, n in per_step), per_step
