@@ -94,3 +94,37 @@ def test_logits_into_a_reused_buffer_are_the_fresh_logits_bit_for_bit(dtype, mon
         b = reused.forward(ids, valid, reuse_logits=True)
         assert b.shape == a.shape == (3, T, 64) and torch.equal(a, b)
         assert b.data_ptr() == reused._logits_store.data_ptr()  # it did go into the buffer
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("reuse", [False, True], ids=["fresh-logits", "reused-buffer"])
+def test_skipping_the_holes_gives_the_same_logits_at_every_valid_slot_and_the_same_cache(dtype, reuse, monkeypatch):
+    """``slots``: per-token work on the valid new slots only (a verify whose rows proposed different
+    numbers of tokens). Its logits at valid slots, and the keys and values every later step reads,
+    are those of the full forward (fp32: to rounding; the greedy choice is the same)."""
+    calls = []
+    inner = fastllama._forward_slots
+    monkeypatch.setattr(fastllama, "_forward_slots", lambda *a, **k: calls.append(a[5].numel()) or inner(*a, **k))
+    loaded = tiny_llama(64, layers=3, dtype=dtype)
+    prompts = ragged_prompts(4, 64)
+    full, skip = RaggedCache(loaded.model), RaggedCache(loaded.model)
+    ids, valid = left_pad(prompts, 0, torch.device("cpu"))
+    full.forward(ids, valid, last_only=True)
+    skip.forward(ids, valid, last_only=True)
+    g = torch.Generator().manual_seed(2)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for n in ([0, 3, 1, 0], [2, 0, 0, 3], [3, 3, 3, 0]):  # proposals per row: holes past 1 + n
+        ids = torch.randint(1, 64, (4, 4), generator=g)
+        valid = torch.arange(4)[None, :] < torch.tensor(n)[:, None] + 1  # [B, T]
+        flat = [b * 4 + t for b, c in enumerate(n) for t in range(c + 1)]
+        a = full.forward(ids, valid, reuse_logits=reuse)
+        b = skip.forward(ids, valid, reuse_logits=reuse, slots=flat)
+        torch.testing.assert_close(b[valid].float(), a[valid].float(), atol=tol, rtol=tol)
+        assert torch.equal(b[valid].argmax(-1), a[valid].argmax(-1))
+        keep = valid & (torch.arange(4)[None, :] < 2)  # a rollback: holes left in the cache
+        full.reject_tail(keep)
+        skip.reject_tail(keep)
+    probe = torch.randint(1, 64, (4, 1), generator=g)  # the next step reads every kept key and value
+    one = torch.ones(4, 1, dtype=torch.bool)
+    torch.testing.assert_close(skip.forward(probe, one).float(), full.forward(probe, one).float(), atol=tol, rtol=tol)
+    assert calls == [8, 9, 13]  # the valid slots of each step, and only those steps

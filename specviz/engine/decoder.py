@@ -282,13 +282,13 @@ class SpecDecoder:
     def _chain_phases(self, step: int, k: int, lap) -> tuple[int, list[dict], bool, list[RowState]]:
         """draft -> verify -> accept -> advance for chains, lap() after each; (verify width, rows, compacted, left)."""
         u_draft, u_verify = self._uniforms(k)
-        drafts, n, q, widest = self._draft(k, u_draft)
+        drafts, n, q, widest, counts = self._draft(k, u_draft)
         w = (int(n.max()) if widest is None else widest) if k else 0  # slots past the widest proposal: holes in every row
         if w < k:
             drafts, q, u_verify = drafts[:, :w], (q[:, :w] if q is not None else None), u_verify[:, : w + 1]
         lap()
         before = self.kv.host_lengths  # each row's cached tokens before the verify, when known on the host
-        logits = self._verify(drafts, n)
+        logits = self._verify(drafts, n, counts)
         lap()
         verdict = self.accept_fn(logits, drafts, n, u_verify, self.params, q)
         # the step's one copy to the host: per row [accepted, drafted, output (w + 1), proposals (w)]
@@ -305,21 +305,25 @@ class SpecDecoder:
 
     def _draft(self, k: int, u: torch.Tensor):
         """n_b <= k proposals per row: (tokens [B, k], num_drafted [B], q [B, k, V] or None, max n_b if the
-        proposer knows it on the host, else None)."""
+        proposer knows it on the host, else None, every n_b if it knows them on the host, else None)."""
         if k == 0:
             B = len(self.active)
             return (torch.empty(B, 0, dtype=torch.long, device=self.device),
-                    torch.zeros(B, dtype=torch.long, device=self.device), None, 0)
+                    torch.zeros(B, dtype=torch.long, device=self.device), None, 0, [0] * B)
         prop = self.proposer.propose([r.context for r in self.active], k, self.params, u)
-        return prop.tokens, prop.num_drafted, prop.probs, prop.widest
+        return prop.tokens, prop.num_drafted, prop.probs, prop.widest, prop.counts
 
-    def _verify(self, drafts: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-        """ONE batched target forward over [last token, d_1..d_k] per row -> logits [B, k+1, V]."""
+    def _verify(self, drafts: torch.Tensor, n: torch.Tensor, counts: list[int] | None = None) -> torch.Tensor:
+        """ONE batched target forward over [last token, d_1..d_k] per row -> logits [B, k+1, V].
+        counts: every row's n_b on the host, when known: the forward then skips the holes' work."""
         last = host_tensor([r.last for r in self.active], self.device).unsqueeze(1)  # [B, 1]
         ids = torch.cat([last, drafts.clamp(min=0)], dim=1)  # [B, k+1]
-        slots = torch.arange(ids.shape[1], device=self.device).unsqueeze(0)  # [1, k+1]
+        T = ids.shape[1]
+        slots = torch.arange(T, device=self.device).unsqueeze(0)  # [1, k+1]
         valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes
-        logits = self.kv.forward(ids, valid, reuse_logits=True)  # [B, k+1, V], dead by the next verify
+        flat = None if counts is None else [b * T + t for b, c in enumerate(counts) for t in range(c + 1)]
+        logits = self.kv.forward(ids, valid, reuse_logits=True, counts=None if counts is None else [c + 1 for c in counts],
+                                 slots=flat)  # [B, k+1, V], dead by the next verify
         self.verify_hidden = self.kv.hidden  # None unless keep_hidden
         return logits
 

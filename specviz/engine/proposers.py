@@ -30,6 +30,7 @@ class Proposal:
     num_drafted: torch.Tensor  # [B] n_b <= k
     probs: torch.Tensor | None  # [B, k, V] processed q, or None for one-hot proposals / greedy
     widest: int | None = None  # max n_b when known on the host (saves the engine a device read), else None
+    counts: list[int] | None = None  # every n_b when known on the host (the verify then skips holes), else None
 
 
 class ModelDraft:
@@ -134,7 +135,8 @@ class ModelDraft:
                 inp = self._next_input(tok)
         self._fed = max(m - 1, 0)
         self._proposed = m
-        return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None, widest=None if ragged else k)
+        return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None, widest=None if ragged else k,
+                        counts=None if ragged else [k] * B)
 
     def commit(self, num_accepted: list[int], emitted: list[list[int]]) -> None:
         fed = self._fed
@@ -282,7 +284,8 @@ class NgramDraft:
         conts = [self._lookup(ctx, k) if k else [] for ctx in contexts]
         n = [len(c) for c in conts]
         tokens = torch.tensor([c + [-1] * (k - len(c)) for c in conts], dtype=torch.long).view(len(conts), k)  # [B, k]
-        return Proposal(to_device(tokens, self.device), host_tensor(n, self.device), None, widest=max(n, default=0))
+        return Proposal(to_device(tokens, self.device), host_tensor(n, self.device), None, widest=max(n, default=0),
+                        counts=n)
 
     def commit(self, num_accepted, emitted) -> None:
         pass

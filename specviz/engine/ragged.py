@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from specviz.engine.transfer import to_device
+from specviz.engine.transfer import host_tensor, to_device
 from specviz.models import fastllama, statickv
 
 
@@ -99,7 +99,7 @@ class RaggedCache:
     def forward(self, input_ids: torch.Tensor | None, input_valid: torch.Tensor, last_only: bool = False,
                 inputs_embeds: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 tail_mask: torch.Tensor | None = None, reuse_logits: bool = False,
-                counts: list[int] | None = None) -> torch.Tensor:
+                counts: list[int] | None = None, slots: list[int] | None = None) -> torch.Tensor:
         """Append T slots per row and run the model over them.
 
         input_ids:   [B, T] token ids (anything at invalid slots), or None with inputs_embeds
@@ -112,6 +112,9 @@ class RaggedCache:
                      is done with the previous call's logits (the decoder's verify)
         counts:      valid slots per row in input_valid, when the caller knows them on the host
                      (keeps host_lengths known); None: host_lengths becomes unknown
+        slots:       the flat indices (b * T + t) of input_valid's valid slots, on the host: the lean
+                     forward then runs its per-token work on those tokens only (fastllama); the
+                     logits at holes are stale or zero
         returns logits [B, T, V] (or [B, 1, V] for the last slot when last_only)
         """
         B, T = input_valid.shape
@@ -133,9 +136,11 @@ class RaggedCache:
             return out
         if self.lean:
             buf = self._logits_buffer(B, T) if reuse_logits and not last_only and not self.keep_hidden else None
+            packed_slots = (host_tensor(slots, self.device) if slots is not None and len(slots) < B * T
+                            and not last_only else None)  # [N] only when there are holes to skip
             out = fastllama.forward(self.model, input_ids, self.valid, positions, self.cache, last_only,
                                     inputs_embeds=inputs_embeds, return_hidden=self.keep_hidden, tail_mask=tail_mask,
-                                    logits_out=buf)
+                                    logits_out=buf, slots=packed_slots)
             if self.keep_hidden:
                 out, self.hidden = out
             return out
@@ -164,7 +169,7 @@ class RaggedCache:
         W = self.model.lm_head.weight  # [V, hidden]
         n = B * T * W.shape[0]
         if self._logits_store is None or self._logits_store.numel() < n:
-            self._logits_store = torch.empty(n, dtype=W.dtype, device=W.device)
+            self._logits_store = torch.zeros(n, dtype=W.dtype, device=W.device)  # finite at holes never written
         return self._logits_store[:n].view(B, T, W.shape[0])
 
     def _mask_4d(self, T: int, tail_mask: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,12 @@ This forward computes the same function with fewer, larger ops:
     validity mask, causal by slot order);
   - the KV cache is the same transformers ``DynamicCache`` (``cache.update``), so RaggedCache's
     rollback, compaction and row selection are unchanged; or, switched on, a static cache
-    (specviz.models.statickv: the same ``update``, attention over its whole capacity).
+    (specviz.models.statickv: the same ``update``, attention over its whole capacity);
+  - given ``slots`` (the valid new slots, when the caller knows them), every per-token op (the
+    matmuls, norms, rotary, MLP and output layer) runs on those tokens only, packed as [N, hidden];
+    only attention sees the rectangular [B, T] layout, holes as zeros. A verify whose rows propose
+    different numbers of tokens (n-grams: a row without a match proposes none) pays for the
+    tokens, not for B x (k + 1) slots.
 
 It applies to ``LlamaForCausalLM`` without projection biases, silu MLP and single-rank weights
 (``supports``), on one device; anything else (a model spread by --device-map auto too) runs through
@@ -167,7 +172,7 @@ def visible(valid: torch.Tensor, T: int, tail_mask: torch.Tensor | None = None,
 def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, cache,
             last_only: bool = False, inputs_embeds: torch.Tensor | None = None, return_hidden: bool = False,
             tail_mask: torch.Tensor | None = None, logits_out: torch.Tensor | None = None,
-            query_slots: torch.Tensor | None = None):
+            query_slots: torch.Tensor | None = None, slots: torch.Tensor | None = None):
     """Logits [B, T, V] (or [B, 1, V]) for T new slots per row.
 
     valid: [B, L + T] bool, the whole cache's validity mask including the new slots (the
@@ -178,7 +183,13 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     ``logits_out``: a [B, T, V] tensor the logits are written into (returned) when it fits.
     ``query_slots`` [T]: the new slots' columns in a static cache (specviz.models.statickv), whose
     ``update`` writes them in place and returns the whole capacity; see ``visible``.
+    ``slots`` [N]: the flat indices (b * T + t) of the valid new slots, in order: per-token work on
+    those only (module docstring); the logits (and hidden) at holes are zeros, or the buffer's old
+    values with ``logits_out``.
     """
+    if slots is not None:
+        return _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_embeds, return_hidden,
+                              tail_mask, logits_out)
     cfg = model.config
     inner = model.model
     if not _is_fused(inner.layers[0]):  # the whole model moves at once: one layer tells
@@ -233,3 +244,53 @@ def _head(model, h: torch.Tensor, out: torch.Tensor | None, pk: bool = False) ->
             or tuple(out.shape) != (*h.shape[:-1], head.weight.shape[0])):
         return head(h)
     return torch.matmul(h, head.weight.t(), out=out)  # what F.linear computes without a bias
+
+
+def _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_embeds, return_hidden, tail_mask,
+                   logits_out):
+    """``forward`` computing per-token work on the N valid new slots only (``slots``: flat b * T + t)."""
+    cfg, inner = model.config, model.model
+    if not _is_fused(inner.layers[0]):
+        fuse_projections(model)
+    B, T = position_ids.shape
+    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+    groups, scale, N = H // Hkv, d ** -0.5, slots.shape[0]
+
+    if inputs_embeds is None:
+        h = inner.embed_tokens(input_ids.reshape(B * T)[slots])  # [N, hidden]
+    else:
+        h = inputs_embeds.reshape(B * T, -1)[slots]  # [N, hidden]
+    cos, sin = inner.rotary_emb(h, position_ids.reshape(1, B * T)[:, slots])  # [1, N, d]
+    cos, sin = cos[0].unsqueeze(1), sin[0].unsqueeze(1)  # [N, 1, d]: broadcast over heads
+    allowed = visible(valid, T, tail_mask).unsqueeze(1)  # [B, 1, T, L]
+    blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES else None
+    pk = packed.enabled(inner.layers[0]._specviz_qkv)
+    grid = h.new_zeros(B * T, H + 2 * Hkv, d)  # [B*T, heads, d]: q|k|v at every slot, holes stay zero
+
+    for i, layer in enumerate(inner.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        x = _rms_norm(h, layer.input_layernorm)
+        qkv = packed.linear(x, layer._specviz_qkv, pk).view(N, H + 2 * Hkv, d)
+        grid[slots, : H + Hkv] = _rotate(qkv[:, : H + Hkv], cos, sin)  # q and k heads rotated together
+        grid[slots, H + Hkv:] = qkv[:, H + Hkv:]
+        q = grid[:, :H].view(B, T, H, d).transpose(1, 2)  # [B, H, T, d]
+        k = grid[:, H:H + Hkv].view(B, T, Hkv, d).transpose(1, 2)  # [B, Hkv, T, d]
+        v = grid[:, H + Hkv:].view(B, T, Hkv, d).transpose(1, 2)
+        k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
+        out = _attention(q, k, v, allowed, scale, groups, blocked).reshape(B * T, H * d)[slots]  # [N, H*d]
+        h = h + packed.linear(out, attn.o_proj.weight, pk)
+        x = _rms_norm(h, layer.post_attention_layernorm)
+        gate, up = packed.linear(x, layer._specviz_gate_up, pk).chunk(2, dim=-1)
+        h = h + packed.linear(F.silu(gate) * up, mlp.down_proj.weight, pk)
+
+    h = _rms_norm(h, inner.norm)  # [N, hidden]
+    logits = _head(model, h, None, pk)  # [N, V]
+    V = logits.shape[-1]
+    fits = logits_out is not None and tuple(logits_out.shape) == (B, T, V) and logits_out.dtype == logits.dtype
+    full = logits_out.view(B * T, V) if fits else logits.new_zeros(B * T, V)
+    full.index_copy_(0, slots, logits)
+    full = full.view(B, T, V)
+    if return_hidden:
+        return full, h.new_zeros(B * T, h.shape[-1]).index_copy_(0, slots, h).view(B, T, -1)
+    return full
