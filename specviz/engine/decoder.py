@@ -188,7 +188,7 @@ class SpecDecoder:
         kv.empty_rows(len(rows))
         self._hidden = (None, None)
         if ids.shape[1]:
-            kv.forward(ids, valid, last_only=True, counts=[len(r.prompt_ids) - 1 for r in rows])
+            kv.forward(ids, valid, last_only=True, counts=[len(r.prompt_ids) - 1 for r in rows], logits=False)
             self._hidden = (kv.hidden, valid)
         return kv
 

@@ -66,7 +66,7 @@ class ModelDraft:
         kv = RaggedCache(self.model, self.compact_threshold)
         ids, valid = left_pad([c[:-1] for c in contexts], 0, self.device)
         if ids.shape[1]:
-            kv.forward(ids, valid, last_only=True, counts=[len(c) - 1 for c in contexts])
+            kv.forward(ids, valid, last_only=True, counts=[len(c) - 1 for c in contexts], logits=False)
         else:
             kv.empty_rows(len(contexts))
         return kv

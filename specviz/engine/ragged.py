@@ -99,7 +99,8 @@ class RaggedCache:
     def forward(self, input_ids: torch.Tensor | None, input_valid: torch.Tensor, last_only: bool = False,
                 inputs_embeds: torch.Tensor | None = None, positions: torch.Tensor | None = None,
                 tail_mask: torch.Tensor | None = None, reuse_logits: bool = False,
-                counts: list[int] | None = None, slots: list[int] | None = None) -> torch.Tensor:
+                counts: list[int] | None = None, slots: list[int] | None = None,
+                logits: bool = True) -> torch.Tensor | None:
         """Append T slots per row and run the model over them.
 
         input_ids:   [B, T] token ids (anything at invalid slots), or None with inputs_embeds
@@ -115,6 +116,8 @@ class RaggedCache:
         slots:       the flat indices (b * T + t) of input_valid's valid slots, on the host: the lean
                      forward then runs its per-token work on those tokens only (fastllama); the
                      logits at holes are stale or zero
+        logits:      False: the lean forward skips the output layer and returns None (a prefill that
+                     only fills the cache; elsewhere the logits are computed as before)
         returns logits [B, T, V] (or [B, 1, V] for the last slot when last_only)
         """
         B, T = input_valid.shape
@@ -140,7 +143,7 @@ class RaggedCache:
                             and not last_only else None)  # [N] only when there are holes to skip
             out = fastllama.forward(self.model, input_ids, self.valid, positions, self.cache, last_only,
                                     inputs_embeds=inputs_embeds, return_hidden=self.keep_hidden, tail_mask=tail_mask,
-                                    logits_out=buf, slots=packed_slots)
+                                    logits_out=buf, slots=packed_slots, logits=logits)
             if self.keep_hidden:
                 out, self.hidden = out
             return out

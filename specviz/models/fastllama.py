@@ -172,7 +172,7 @@ def visible(valid: torch.Tensor, T: int, tail_mask: torch.Tensor | None = None,
 def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, cache,
             last_only: bool = False, inputs_embeds: torch.Tensor | None = None, return_hidden: bool = False,
             tail_mask: torch.Tensor | None = None, logits_out: torch.Tensor | None = None,
-            query_slots: torch.Tensor | None = None, slots: torch.Tensor | None = None):
+            query_slots: torch.Tensor | None = None, slots: torch.Tensor | None = None, logits: bool = True):
     """Logits [B, T, V] (or [B, 1, V]) for T new slots per row.
 
     valid: [B, L + T] bool, the whole cache's validity mask including the new slots (the
@@ -186,6 +186,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     ``slots`` [N]: the flat indices (b * T + t) of the valid new slots, in order: per-token work on
     those only (module docstring); the logits (and hidden) at holes are zeros, or the buffer's old
     values with ``logits_out``.
+    ``logits=False``: no output layer (a prefill only fills the cache): None, or (None, hidden).
     """
     if slots is not None:
         return _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_embeds, return_hidden,
@@ -223,7 +224,9 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
 
     if return_hidden:
         h = _rms_norm(h, inner.norm)
-        return model.lm_head(h[:, -1:].contiguous() if last_only else h), h
+        return (model.lm_head(h[:, -1:].contiguous() if last_only else h) if logits else None), h
+    if not logits:
+        return None
     if last_only:
         h = h[:, -1:]
     h = _rms_norm(h.contiguous(), inner.norm)
