@@ -30,7 +30,7 @@ from specviz.common import SpecvizError
 from specviz.measure.bench import warm_up
 from specviz.models.loading import encode_prompts
 from specviz.peers import metrics
-from specviz.peers.server import ServeConfig, VllmServer, served_name
+from specviz.peers.server import ServeConfig, VllmServer, is_ngram, served_name
 from specviz.run import RunConfig, load_pair, run
 
 
@@ -168,10 +168,6 @@ def _ours_acceptance(traces: list[dict]) -> dict:
 
 def is_regular(cfg: RunConfig) -> bool:
     return cfg.mode == "regular" or cfg.draft == "none" or cfg.draft_length == 0
-
-
-def is_ngram(draft: str) -> bool:
-    return draft == "ngram" or draft.startswith("ngram:")
 
 
 def check_peer(cfg: RunConfig, peer_draft: str | None = None) -> None:

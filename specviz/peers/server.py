@@ -53,11 +53,16 @@ def vllm_python() -> Path:
     return py
 
 
+def is_ngram(draft: str) -> bool:
+    """The SPEC is prompt lookup: ngram or ngram:N."""
+    return draft == "ngram" or draft.startswith("ngram:")
+
+
 def speculative_config(draft: str, k: int) -> dict | None:
     """vLLM's --speculative-config for a specviz draft SPEC (None: no speculation)."""
     if draft == "none" or k == 0:
         return None
-    if draft == "ngram" or draft.startswith("ngram:"):
+    if is_ngram(draft):
         n = int(draft.partition(":")[2] or NGRAM_MAX)
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": n, "prompt_lookup_min": 1}
     from specviz.models.distilled import is_distilled_draft
