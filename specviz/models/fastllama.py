@@ -111,6 +111,24 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rotated * sin
 
 
+def _heads(model) -> tuple[int, int, int, int, float]:
+    """(query heads, kv heads, head dim, query heads per kv head, attention scale), the projections
+    fused first if they are not yet (the whole model moves at once: one layer tells)."""
+    cfg = model.config
+    if not _is_fused(model.model.layers[0]):
+        fuse_projections(model)
+    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+    return H, Hkv, d, H // Hkv, d ** -0.5
+
+
+def _mlp_block(h: torch.Tensor, layer, pk: bool) -> torch.Tensor:
+    """h + the layer's MLP of its post-attention norm: [..., hidden] -> [..., hidden]."""
+    x = _rms_norm(h, layer.post_attention_layernorm)
+    gate, up = packed.linear(x, layer._specviz_gate_up, pk).chunk(2, dim=-1)
+    return h + packed.linear(F.silu(gate) * up, layer.mlp.down_proj.weight, pk)
+
+
 def _grouped_blocked(allowed: torch.Tensor, groups: int) -> torch.Tensor:
     """[B, 1, T, L] allowed -> [B, 1, groups * T, L] masked-out slots of the grouped-matmul path."""
     B, _, T, L = allowed.shape
@@ -191,15 +209,9 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     if slots is not None:
         return _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_embeds, return_hidden,
                               tail_mask, logits_out)
-    cfg = model.config
     inner = model.model
-    if not _is_fused(inner.layers[0]):  # the whole model moves at once: one layer tells
-        fuse_projections(model)
+    H, Hkv, d, groups, scale = _heads(model)
     B, T = position_ids.shape
-    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
-    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
-    groups = H // Hkv
-    scale = d ** -0.5
 
     h = inner.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds  # [B, T, hidden]
     cos, sin = inner.rotary_emb(h, position_ids)  # [B, T, d]
@@ -209,7 +221,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     pk = packed.enabled(inner.layers[0]._specviz_qkv)  # bf16 on the CPU: oneDNN-packed weights (packed.py)
 
     for i, layer in enumerate(inner.layers):
-        attn, mlp = layer.self_attn, layer.mlp
+        attn = layer.self_attn
         x = _rms_norm(h, layer.input_layernorm)
         qkv = packed.linear(x, layer._specviz_qkv, pk).view(B, T, H + 2 * Hkv, d)
         qk = _rotate(qkv[:, :, : H + Hkv], cos, sin)  # q and k heads rotated together
@@ -218,9 +230,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
         v = qkv[:, :, H + Hkv:].transpose(1, 2)
         k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
         h = h + packed.linear(_attention(q, k, v, allowed, scale, groups, blocked), attn.o_proj.weight, pk)
-        x = _rms_norm(h, layer.post_attention_layernorm)
-        gate, up = packed.linear(x, layer._specviz_gate_up, pk).chunk(2, dim=-1)
-        h = h + packed.linear(F.silu(gate) * up, mlp.down_proj.weight, pk)
+        h = _mlp_block(h, layer, pk)
 
     if return_hidden:
         h = _rms_norm(h, inner.norm)
@@ -252,13 +262,9 @@ def _head(model, h: torch.Tensor, out: torch.Tensor | None, pk: bool = False) ->
 def _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_embeds, return_hidden, tail_mask,
                    logits_out):
     """``forward`` computing per-token work on the N valid new slots only (``slots``: flat b * T + t)."""
-    cfg, inner = model.config, model.model
-    if not _is_fused(inner.layers[0]):
-        fuse_projections(model)
-    B, T = position_ids.shape
-    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
-    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
-    groups, scale, N = H // Hkv, d ** -0.5, slots.shape[0]
+    inner = model.model
+    H, Hkv, d, groups, scale = _heads(model)
+    B, T, N = *position_ids.shape, slots.shape[0]
 
     if inputs_embeds is None:
         h = inner.embed_tokens(input_ids.reshape(B * T)[slots])  # [N, hidden]
@@ -272,7 +278,7 @@ def _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_e
     grid = h.new_zeros(B * T, H + 2 * Hkv, d)  # [B*T, heads, d]: q|k|v at every slot, holes stay zero
 
     for i, layer in enumerate(inner.layers):
-        attn, mlp = layer.self_attn, layer.mlp
+        attn = layer.self_attn
         x = _rms_norm(h, layer.input_layernorm)
         qkv = packed.linear(x, layer._specviz_qkv, pk).view(N, H + 2 * Hkv, d)
         grid[slots, : H + Hkv] = _rotate(qkv[:, : H + Hkv], cos, sin)  # q and k heads rotated together
@@ -283,9 +289,7 @@ def _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_e
         k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
         out = _attention(q, k, v, allowed, scale, groups, blocked).reshape(B * T, H * d)[slots]  # [N, H*d]
         h = h + packed.linear(out, attn.o_proj.weight, pk)
-        x = _rms_norm(h, layer.post_attention_layernorm)
-        gate, up = packed.linear(x, layer._specviz_gate_up, pk).chunk(2, dim=-1)
-        h = h + packed.linear(F.silu(gate) * up, mlp.down_proj.weight, pk)
+        h = _mlp_block(h, layer, pk)
 
     h = _rms_norm(h, inner.norm)  # [N, hidden]
     logits = _head(model, h, None, pk)  # [N, V]
