@@ -309,7 +309,7 @@ class SpecDecoder:
         if k == 0:
             B = len(self.active)
             return (torch.empty(B, 0, dtype=torch.long, device=self.device),
-                    torch.zeros(B, dtype=torch.long, device=self.device), None, 0, [0] * B)
+                    torch.zeros(B, dtype=torch.long, device=self.device), None, 0, None)
         prop = self.proposer.propose([r.context for r in self.active], k, self.params, u)
         return prop.tokens, prop.num_drafted, prop.probs, prop.widest, prop.counts
 
@@ -322,8 +322,7 @@ class SpecDecoder:
         slots = torch.arange(T, device=self.device).unsqueeze(0)  # [1, k+1]
         valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes
         flat = None if counts is None else [b * T + t for b, c in enumerate(counts) for t in range(c + 1)]
-        logits = self.kv.forward(ids, valid, reuse_logits=True, counts=None if counts is None else [c + 1 for c in counts],
-                                 slots=flat)  # [B, k+1, V], dead by the next verify
+        logits = self.kv.forward(ids, valid, reuse_logits=True, slots=flat)  # [B, k+1, V], dead by the next verify
         self.verify_hidden = self.kv.hidden  # None unless keep_hidden
         return logits
 

@@ -30,7 +30,7 @@ class Proposal:
     num_drafted: torch.Tensor  # [B] n_b <= k
     probs: torch.Tensor | None  # [B, k, V] processed q, or None for one-hot proposals / greedy
     widest: int | None = None  # max n_b when known on the host (saves the engine a device read), else None
-    counts: list[int] | None = None  # every n_b when known on the host (the verify then skips holes), else None
+    counts: list[int] | None = None  # every n_b when known on the host and ragged (the verify skips holes), else None
 
 
 class ModelDraft:
@@ -135,8 +135,7 @@ class ModelDraft:
                 inp = self._next_input(tok)
         self._fed = max(m - 1, 0)
         self._proposed = m
-        return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None, widest=None if ragged else k,
-                        counts=None if ragged else [k] * B)
+        return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None, widest=None if ragged else k)
 
     def commit(self, num_accepted: list[int], emitted: list[list[int]]) -> None:
         fed = self._fed
