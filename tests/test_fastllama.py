@@ -75,6 +75,15 @@ def test_greedy_outputs_equal_with_and_without_it(monkeypatch):
     assert [r.output for r in lean.rows] == [r.output for r in ref.rows]
 
 
+def _two_prefilled(model, prompts) -> tuple[RaggedCache, RaggedCache]:
+    """Two caches over the same left-padded prefill, for two ways of running the steps after it."""
+    caches = RaggedCache(model), RaggedCache(model)
+    ids, valid = left_pad(prompts, 0, torch.device("cpu"))
+    for kv in caches:
+        kv.forward(ids, valid, last_only=True)
+    return caches
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_logits_into_a_reused_buffer_are_the_fresh_logits_bit_for_bit(dtype, monkeypatch):
     """The decoder's verify writes logits into one buffer its cache reuses (reuse_logits): the same
@@ -82,10 +91,7 @@ def test_logits_into_a_reused_buffer_are_the_fresh_logits_bit_for_bit(dtype, mon
     monkeypatch.setattr("specviz.models.packed.FRESH_BYTES", 0)  # bf16: the packed head's fresh logits never fit
     loaded = tiny_llama(64, layers=2, dtype=dtype)
     prompts = ragged_prompts(3, 64)
-    fresh, reused = RaggedCache(loaded.model), RaggedCache(loaded.model)
-    ids, valid = left_pad(prompts, 0, torch.device("cpu"))
-    fresh.forward(ids, valid, last_only=True)
-    reused.forward(ids, valid, last_only=True)
+    fresh, reused = _two_prefilled(loaded.model, prompts)
     g = torch.Generator().manual_seed(1)
     for T in (3, 1, 4, 2):  # the buffer is a view of one storage that grows and shrinks with the width
         ids = torch.randint(1, 64, (3, T), generator=g)
@@ -107,10 +113,7 @@ def test_skipping_the_holes_gives_the_same_logits_at_every_valid_slot_and_the_sa
     monkeypatch.setattr(fastllama, "_forward_slots", lambda *a, **k: calls.append(a[5].numel()) or inner(*a, **k))
     loaded = tiny_llama(64, layers=3, dtype=dtype)
     prompts = ragged_prompts(4, 64)
-    full, skip = RaggedCache(loaded.model), RaggedCache(loaded.model)
-    ids, valid = left_pad(prompts, 0, torch.device("cpu"))
-    full.forward(ids, valid, last_only=True)
-    skip.forward(ids, valid, last_only=True)
+    full, skip = _two_prefilled(loaded.model, prompts)
     g = torch.Generator().manual_seed(2)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     for n in ([0, 3, 1, 0], [2, 0, 0, 3], [3, 3, 3, 0]):  # proposals per row: holes past 1 + n
