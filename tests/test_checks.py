@@ -160,6 +160,7 @@ OWN = {
         (["--text-chunk-tokens", "1"], "text chunk tokens must be at least 2"),
         (["--text-batch-size", "0"], "text batch size must be at least 1"),
         (["--vocab-from", "{d}"], "is not a distilled draft (no "),
+        (["--init-from", "{d}"], "is not a distilled draft (no "),
         (["--prompts", "free"], "argument --prompts: invalid choice"),
         (["--device", "tpu"], "unknown device"),
         (["--dtype", "int4"], "argument --dtype: invalid choice"),

@@ -455,8 +455,52 @@ def test_vocab_from_keeps_a_drafts_map_and_adds_the_datas_most_emitted_tokens(di
     added = sorted(set(wider) - set(base))
     rest = [t for t in range(V) if t not in set(wider)]
     assert counts[added].min() >= counts[rest].max()  # the added tokens are the most emitted of the rest
+    assert _base_map(str(out), VOCAB, V) == base  # the same size: the map itself, to continue training on
     with pytest.raises(SpecvizError, match="must fit"):
-        _base_map(str(out), VOCAB, V)
+        _base_map(str(out), VOCAB - 1, V)
+
+
+def test_init_from_a_draft_starts_from_its_layers_and_its_head_rows_by_token(distilled, draft, target):
+    from specviz.distill.token import build_token_draft
+    from specviz.distill.train import init_from_draft
+
+    out, _ = distilled
+    saved_map = json.loads((out / DRAFT_FILE).read_text())["vocab_map"]
+    new_tokens = [t for t in range(target.model.config.vocab_size) if t not in set(saved_map)][:5]
+    vmap = sorted(saved_map[::2] + new_tokens)
+    fresh = build_token_draft(target, vmap, 1, [0])
+    start = init_from_draft(fresh, out)
+    assert (start["head_rows_kept"], start["head_rows_new"]) == (len(saved_map[::2]), 5)
+    mine, theirs = fresh.state_dict(), draft.model.state_dict()
+    for k in mine:
+        if k != "lm_head.weight":
+            assert torch.equal(mine[k].to(theirs[k].dtype), theirs[k]), k
+    row = {t: i for i, t in enumerate(saved_map)}
+    target_rows = target.model.get_output_embeddings().weight.float()
+    for i, t in enumerate(vmap):
+        want = theirs["lm_head.weight"][row[t]].float() if t in row else target_rows[t]
+        assert torch.equal(mine["lm_head.weight"][i], want), t
+
+
+def test_init_from_a_draft_of_another_depth_is_refused_in_one_line(distilled, target):
+    from specviz.distill.token import build_token_draft
+    from specviz.distill.train import init_from_draft
+
+    saved_map = json.loads((distilled[0] / DRAFT_FILE).read_text())["vocab_map"]
+    with pytest.raises(SpecvizError, match="does not fit this draft"):
+        init_from_draft(build_token_draft(target, saved_map, 2, [0, 1]), distilled[0])
+
+
+def test_distill_init_from_with_no_steps_saves_the_drafts_own_weights(distilled, tmp_path):
+    out, _ = distilled
+    tiny = [x for x in TINY]
+    tiny[tiny.index("--steps") + 1] = "0"
+    a = parse(["--out", str(tmp_path), "--data", str(out / "data"), "--init-from", str(out), "--vocab-from", str(out),
+               *tiny])
+    assert a.func(a) == 0
+    assert (tmp_path / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["draft"]["init_from"]["head_rows_kept"] == VOCAB and "--init-from" in report["command"]
 
 
 def test_generation_interrupted_mid_run_resumes_to_what_one_uninterrupted_run_writes(tmp_path, target, monkeypatch):

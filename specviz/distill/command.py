@@ -24,7 +24,7 @@ from specviz.distill import feature, token
 from specviz.distill.data import build_vocab_map, generate_data, generate_parallel, log, read_shards
 from specviz.distill.evaluate import cost_ratio, eval_acceptance
 from specviz.distill.report import build_report, format_report, readme
-from specviz.distill.train import train
+from specviz.distill.train import init_from_draft, train
 from specviz.engine.proposers import FeatureDraft, ModelDraft
 from specviz.models.distilled import load_distilled_draft, save_draft
 
@@ -87,6 +87,9 @@ def add_distill_parser(sub) -> None:
     p.add_argument("--vocab-from", metavar="DRAFT",
                    help="start the map with this distilled draft's map (e.g. the shipped one), then the data's most "
                         "emitted tokens: at --vocab 24576 it covered 97.2%% of free-form target tokens (BENCHMARKS.md)")
+    p.add_argument("--init-from", metavar="DRAFT",
+                   help="continue training from this distilled draft's weights (same --kind and --layers; head rows "
+                        "for tokens its map lacks start as the target's), e.g. the shipped one with new data")
     p.add_argument("--kind", default="token", choices=list(KINDS),
                    help="token: a small LM on tokens alone; feature: one layer fed the target's hidden states (EAGLE, "
                         "specviz/distill/feature.py)")
@@ -124,15 +127,16 @@ def _check_data_meta(data: Path, meta: dict) -> None:
     path.write_text(json.dumps(meta))
 
 
-def _base_map(path: str, size: int, vocab_size: int) -> list[int]:
+def _base_map(path: str, size: int, vocab_size: int, always=()) -> list[int]:
     from specviz.models.distilled import DRAFT_FILE
 
     f = Path(path).expanduser() / DRAFT_FILE
     if not f.is_file():
         raise SpecvizError(f"--vocab-from {path!r} is not a distilled draft (no {DRAFT_FILE})")
     base = json.loads(f.read_text()).get("vocab_map") or []
-    if len(base) >= size or not all(0 <= t < vocab_size for t in base):
-        raise SpecvizError(f"--vocab-from {path!r}: its map ({len(base)} tokens) must fit in --vocab {size} and the target")
+    if len(set(base) | set(always)) > size or not all(0 <= t < vocab_size for t in base):
+        raise SpecvizError(f"--vocab-from {path!r}: its map ({len(base)} tokens) and EOS must fit in --vocab {size} "
+                           f"and the target")
     return base
 
 
@@ -152,6 +156,11 @@ def _layer_ids(spec: str, layers: int, n_target: int) -> list[int]:
 def _validate(a) -> list[int]:
     if a.text and a.kind != "token":
         raise SpecvizError(f"--text labels token drafts only (a {a.kind} draft also needs the target's features)")
+    if a.init_from:
+        from specviz.models.distilled import DRAFT_FILE
+
+        if not (Path(a.init_from).expanduser() / DRAFT_FILE).is_file():
+            raise SpecvizError(f"--init-from {a.init_from!r} is not a distilled draft (no {DRAFT_FILE})")
     if a.gen_workers < 0:
         raise SpecvizError(f"--gen-workers must be 0 (auto) or more (got {a.gen_workers})")
     for name in ("samples", "max_new_tokens", "gen_batch_size", "topk", "batch_size", "vocab", "layers", "eval_prompts",
@@ -248,6 +257,9 @@ def cmd_distill(a) -> int:
                             "seed": a.seed, "gen_batch_size": a.gen_batch_size, **dict(kind.meta),
                             **({"prompts": a.prompts} if a.prompts != "templated" else {})})
 
+    always = sorted(eos_token_ids(target))
+    base = _base_map(a.vocab_from, a.vocab, V, always) if a.vocab_from else []  # checked before the data is made
+
     # ---- 1. data
     train_samples, val_samples, eval_prompts, gen_s = _samples(a, target, kind, data)
     n_tokens = sum(len(s["output_ids"]) for s in train_samples)
@@ -257,11 +269,13 @@ def cmd_distill(a) -> int:
 
     # ---- 2. draft
     torch.manual_seed(a.seed)
-    base = _base_map(a.vocab_from, a.vocab, V) if a.vocab_from else []
-    vocab_map = build_vocab_map(train_samples, a.vocab, V, always=[*sorted(eos_token_ids(target)), *base])
+    vocab_map = build_vocab_map(train_samples, a.vocab, V, always=[*always, *base])
     n_target = target.model.config.num_hidden_layers
     layer_ids = [] if kind.random_init and a.init_layers == "random" else _layer_ids(a.init_layers, a.layers, n_target)
     draft = kind.build(target, vocab_map, a.layers, layer_ids)
+    start = init_from_draft(draft, a.init_from) if a.init_from else None
+    if start:
+        log(f"continuing from {start['path']}: {start['head_rows_kept']} head rows kept, {start['head_rows_new']} new")
     own = sum(p.numel() for n, p in draft.named_parameters() if not n.startswith("model.embed_tokens."))
     log(f"{a.kind} draft: {a.layers} layers (from target layers {layer_ids or 'none: random'}), vocab {len(vocab_map)}, "
         f"{own / 1e6:.1f}M own params")
@@ -289,6 +303,7 @@ def cmd_distill(a) -> int:
 
     report = build_report(a, target, own, layer_ids, vocab_map, gen_samples, val_samples, n_tokens, gen_s, hist, held,
                           free, costs, ks, eval_s, time.perf_counter() - t_start)
+    report["draft"]["init_from"] = start
     report["data"]["text"] = None if sources is None else {**sources, "samples": len(text_samples), "label_s": label_s,
                                                            "tokens": sum(len(s["output_ids"]) for s in text_samples)}
     (out / "report.json").write_text(json.dumps(report, indent=1))

@@ -27,6 +27,41 @@ def init_from_target(draft, target_model, layer_ids: list[int]) -> None:
         draft.lm_head.weight.copy_(out[draft.lm_head.vocab_map].float())
 
 
+def init_from_draft(draft, path) -> dict:
+    """Continue from a distilled draft's weights (``distill --init-from``): every layer and norm
+    as saved; its head rows for the tokens both maps hold, the target's rows (init_from_target)
+    for the rest. The saved draft must have this draft's kind and depth. Returns what was copied."""
+    from safetensors.torch import load_file
+
+    from specviz.common import SpecvizError
+    from specviz.models.distilled import DRAFT_FILE
+
+    p = Path(path).expanduser()
+    if not (p / DRAFT_FILE).is_file() or not (p / "model.safetensors").is_file():
+        raise SpecvizError(f"--init-from {path!r} is not a distilled draft (no {DRAFT_FILE} and model.safetensors)")
+    import json
+
+    old_map = json.loads((p / DRAFT_FILE).read_text()).get("vocab_map") or []
+    saved = load_file(str(p / "model.safetensors"))
+    mine = {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
+    body = {k for k in mine if k != "lm_head.weight"}
+    wrong = sorted(k for k in body if k not in saved or saved[k].shape != mine[k].shape)
+    extra = sorted(k for k in saved if k not in mine)
+    if wrong or extra or "lm_head.weight" not in saved or saved["lm_head.weight"].shape[0] != len(old_map):
+        raise SpecvizError(f"--init-from {path!r} does not fit this draft (--kind, --layers and the target must match): "
+                           f"{len(wrong)} weights missing or of another shape, {len(extra)} unknown"
+                           + (f" (e.g. {(wrong or extra)[0]})" if wrong or extra else ""))
+    new_map = draft.lm_head.vocab_map.tolist()
+    at = {t: i for i, t in enumerate(old_map)}
+    both = [(i, at[t]) for i, t in enumerate(new_map) if t in at]
+    with torch.no_grad():
+        draft.load_state_dict({k: saved[k].float() for k in body}, strict=False)
+        if both:
+            dst, src = (torch.as_tensor(x) for x in zip(*both))
+            draft.lm_head.weight[dst] = saved["lm_head.weight"][src].float().to(draft.lm_head.weight.device)
+    return {"path": str(p), "weights": len(body) + 1, "head_rows_kept": len(both), "head_rows_new": len(new_map) - len(both)}
+
+
 def label_positions(items: list[dict]):
     """(rows [N], cols [N]) of every labelled position of a right-padded batch: item b's labels
     sit at columns first .. first + n - 1."""
