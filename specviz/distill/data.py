@@ -10,9 +10,11 @@ map, the soft labels over it and the soft cross-entropy.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -147,6 +149,37 @@ def read_shards(data: Path, name: str) -> list[dict]:
     return read_samples(sorted(data.glob(f"{name}-*.jsonl")))
 
 
+@contextlib.contextmanager
+def open_shard(path: Path):
+    """Append to one shard, alone. A second writer (another distill on the same --data, or a worker
+    of a killed one) is refused with a clear error instead of interleaving its lines."""
+    with open(path, "a") as f:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no lock
+            fcntl = None
+        if fcntl is not None:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise SpecvizError(f"{path} is being written by another process (another distill with this --data, "
+                                   f"or a worker of a stopped one): let it finish or stop it, then rerun to resume") from None
+        yield f
+
+
+def exit_with_parent(poll_s: float = 0.5) -> None:
+    """End this process soon after the one that started it is gone, so a killed distill leaves no
+    worker writing its shards (a torn last line is skipped on resume)."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def generate_data(target, prompts: list[str], data: Path, name: str, max_new: int, batch_size: int, topk: int,
                   seed: int, worker: int = 0, workers: int = 1, **kwargs) -> None:
     """Answer ``prompts`` with the target into ``data/name-<worker>.jsonl``, skipping samples any
@@ -158,7 +191,7 @@ def generate_data(target, prompts: list[str], data: Path, name: str, max_new: in
             if j % workers == worker and any((i, prompts[i]) not in done for i in idx)]
     if not todo:
         return
-    with open(data / f"{name}-{worker}.jsonl", "a") as f:
+    with open_shard(data / f"{name}-{worker}.jsonl") as f:
         for _, idx, temperature, rows, labels, _ in answer_batches(target, prompts, todo, max_new, topk, seed,
                                                                     worker=worker, workers=workers, **kwargs):
             for i, r, lab in zip(idx, rows, labels):
@@ -178,12 +211,17 @@ def gen_worker(job: dict, worker: int) -> None:
 
     from specviz.run import get_model
 
+    exit_with_parent()
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     kwargs = {**job["kwargs"], "data": Path(job["kwargs"]["data"])}
     fn = getattr(importlib.import_module(job["module"]), job["function"])
-    fn(get_model(job["spec"], job["device"], job["dtype"]), worker=worker, **kwargs)
+    try:
+        fn(get_model(job["spec"], job["device"], job["dtype"]), worker=worker, **kwargs)
+    except SpecvizError as e:
+        print(f"specviz distill worker {worker}: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 _WORKER = "import json, sys; from specviz.distill.data import gen_worker; gen_worker(json.load(sys.stdin), int(sys.argv[1]))"

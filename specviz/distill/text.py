@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from specviz.common import SpecvizError
-from specviz.distill.data import _enc, log, read_shards
+from specviz.distill.data import _enc, log, open_shard, read_shards
 
 TEXT_SUFFIXES = (".html", ".htm", ".txt", ".rst", ".md", ".txt.gz", ".html.gz", ".md.gz")
 _BLOCK = {"p", "div", "br", "li", "ul", "ol", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "table", "dt", "dd",
@@ -217,7 +217,7 @@ def label_text(target, chunks: list[dict], data, name: str = "text", batch_size:
     bar = tqdm(total=sum(len(chunks[i]["output_ids"]) for _, idx in todo for i in idx), desc=desc, unit="tok",
                file=sys.stderr, mininterval=2, disable=worker > 0)
     last_s = 0.0
-    with open(data / f"{name}-{worker}.jsonl", "a") as f:
+    with open_shard(data / f"{name}-{worker}.jsonl") as f:
         for j, idx in todo:
             t = time.time()
             if deadline is not None and t + last_s > deadline:
