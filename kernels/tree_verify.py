@@ -234,5 +234,4 @@ def _accept_tree_triton(target_logits, tree, uniforms, params, *, renormalise=Tr
             GREEDY=params.greedy, RENORMALISE=renormalise,
             BLOCK=block_v or min(BLOCK_V, triton.next_power_of_2(V)), num_warps=4,
         )
-    D = int(num_accepted.max()) if B else 0
-    return TreeVerdict(num_accepted, emitted[:, : D + 1].contiguous(), keep.bool())
+    return TreeVerdict(num_accepted, emitted, keep.bool())  # emitted at its full width T: no read of D

@@ -23,20 +23,21 @@ from specviz.engine.ragged import RaggedCache
 from specviz.run import decoder_for_ids
 
 SPECVIZ = str(Path(specviz.__file__).resolve().parent)
+KERNELS = str(Path(specviz.__file__).resolve().parents[1] / "kernels")
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "cpu", "numpy")
 V = 64
 
 
 @contextlib.contextmanager
 def device_reads():
-    """The reads of tensor values made from files under specviz/: a list of (what, file, line)."""
+    """The reads of tensor values made from files under specviz/ and kernels/: a list of (what, file, line)."""
     calls = []
     originals = {name: getattr(torch.Tensor, name) for name in READS}
 
     def wrapped(name, orig):
         def read(self, *args, **kwargs):
             caller = sys._getframe(1).f_code.co_filename
-            if caller.startswith(SPECVIZ):
+            if caller.startswith((SPECVIZ, KERNELS)):
                 calls.append((name, Path(caller).name, sys._getframe(1).f_lineno))
             return orig(self, *args, **kwargs)
         return read
@@ -82,11 +83,34 @@ def test_a_steady_chain_step_reads_the_device_once(target, draft):
         assert len(calls) == 1 and calls[0][:2] == ("tolist", "decoder.py"), (rec["step"], calls)
 
 
-def test_the_host_lengths_mirror_equals_the_device_lengths_through_steps_leaves_and_joins(target):
+@pytest.mark.parametrize("draft", ["ngram", "model"])
+def test_a_steady_tree_step_reads_the_device_once(target, draft):
+    """With the walk CUDA runs (kernels/tree_verify.py, here in Triton's CPU interpreter): one read
+    per step, the verdict and the trees' nodes together (treestep.read_step)."""
+    pytest.importorskip("triton")
+    from kernels.tree_verify import accept_tree_triton
+    from specviz.engine.treestep import TreeShape
+
+    prompts = ragged_prompts(4, V, seed=5)
+    proposer = {"ngram": lambda: NgramDraft(), "model": lambda: ModelDraft(perturbed_copy(target, 0.3))}[draft]()
+    dec = decoder_for_ids(target, proposer, prompts, 3, 16, tree=TreeShape(2, 6))
+    dec.accept_tree_fn = accept_tree_triton
+    steps = reads_per_step(dec)
+    steady = [(rec, calls) for rec, calls in steps if not rec["left"] and not rec["joined"] and not rec["compacted"]]
+    assert len(steady) >= 4, len(steady)
+    assert any(rec["rows"] and "tree" in rec["rows"][0] for rec, _ in steady)  # they drafted trees
+    for rec, calls in steady:
+        assert len(calls) == 1 and calls[0][:2] == ("tolist", "treestep.py"), (rec["step"], calls)
+
+
+@pytest.mark.parametrize("tree", [None, (2, 6)], ids=["chain", "tree"])
+def test_the_host_lengths_mirror_equals_the_device_lengths_through_steps_leaves_and_joins(target, tree):
     """What the crop and the compaction read instead of the device is what the device holds."""
+    from specviz.engine.treestep import TreeShape
+
     prompts = ragged_prompts(7, V, seed=2)
     proposer = ModelDraft(perturbed_copy(target, 0.3))
-    dec = decoder_for_ids(target, proposer, prompts, 3, 12, slots=3)
+    dec = decoder_for_ids(target, proposer, prompts, 3, 12, slots=3, tree=tree and TreeShape(*tree))
     known = 0
     for rec in dec.steps():
         for kv in (dec.kv, proposer.kv):
@@ -110,13 +134,14 @@ def test_an_unknown_mirror_is_read_once_and_then_known_again(target):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch's sync debug mode needs CUDA")
-@pytest.mark.parametrize("draft", ["ngram", "model"])
-def test_on_cuda_a_steady_chain_step_makes_one_synchronizing_call(draft):
+@pytest.mark.parametrize("draft", ["ngram", "model", "ngram-tree", "model-tree"])
+def test_on_cuda_a_steady_step_makes_one_synchronizing_call(draft):
     """The same steps on the GPU under torch.cuda.set_sync_debug_mode("warn"): every implicit sync
     (a read, a pageable copy, a synchronizing kernel) is a warning. The phase timers' explicit
-    torch.cuda.synchronize() are not counted by torch."""
+    torch.cuda.synchronize() are not counted by torch. Trees walk with the Triton kernel there."""
     import warnings
 
+    from specviz.engine.treestep import TreeShape
     from specviz.models.loading import LoadedModel
 
     def on_cuda(m):
@@ -124,8 +149,9 @@ def test_on_cuda_a_steady_chain_step_makes_one_synchronizing_call(draft):
 
     cpu = tiny_llama(V, layers=2)
     target = on_cuda(cpu)
-    proposer = NgramDraft(device="cuda") if draft == "ngram" else ModelDraft(on_cuda(perturbed_copy(cpu, 0.3)))
-    dec = decoder_for_ids(target, proposer, ragged_prompts(4, V, seed=5), 3, 24)
+    proposer = NgramDraft(device="cuda") if draft.startswith("ngram") else ModelDraft(on_cuda(perturbed_copy(cpu, 0.3)))
+    tree = TreeShape(2, 6) if draft.endswith("tree") else None
+    dec = decoder_for_ids(target, proposer, ragged_prompts(4, V, seed=5), 3, 24, tree=tree)
     it, per_step = dec.steps(), []
     next(it)  # the prefill and first step: allocations, kernels compiled
     torch.cuda.set_sync_debug_mode("warn")

@@ -55,6 +55,20 @@ def test_greedy_rejects_the_first_child_and_accepts_the_second():
     assert v.keep_slots.tolist() == [[True, False, True, True]]
 
 
+def test_the_steps_one_host_copy_holds_the_verdict_and_each_rows_nodes():
+    """treestep.read_step (the tree step's only device read) gives what the verdict and tree.row say."""
+    from specviz.engine.treestep import read_step
+
+    rows = [[(4, -1), (6, -1), (2, 1)], [], [(3, -1), (5, 0)]]
+    tree = TokenTree.from_rows(rows, probs=[[0.5, 0.25, 0.125], [], [1.0, 0.75]], rank=[[0, 1, 0], [], [0, 0]])
+    v = accept_tree(peaked([[6, 0, 2, 5], [3, 0, 0, 0], [3, 5, 1, 0]]), tree, torch.zeros(3, 4), GREEDY)
+    host = read_step(tree, v)
+    assert [h["num_accepted"] for h in host] == v.num_accepted.tolist() == [2, 0, 2]
+    assert [h["path"] for h in host] == v.path == [[1, 2], [], [0, 1]]
+    assert [h["emitted"] for h in host] == [[6, 2, 5], [3], [3, 5, 1]]
+    assert [h["nodes"] for h in host] == [tree.row(b) for b in range(3)]
+
+
 def test_greedy_first_miss_emits_the_argmax_as_recovered():
     tree = TokenTree.from_rows([[(4, -1), (6, -1), (2, 1)]])
     v = accept_tree(peaked([[6, 0, 7, 5]]), tree, torch.zeros(1, 4), GREEDY)  # at node 6 the target wants 7

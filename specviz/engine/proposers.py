@@ -161,8 +161,8 @@ class ModelDraft:
         """Every row's EAGLE-2 tree: depth <= k, top-``width`` children, ``nodes`` kept (a TokenTree)."""
         return treedraft.propose_tree(self, k, width, nodes)
 
-    def commit_tree(self, paths: list[list[int]], emitted: list[list[int]]) -> None:
-        treedraft.commit_tree(self, paths, emitted)
+    def commit_tree(self, paths: list[list[int]], emitted: list[list[int]], fed_slots: list[list[int]]) -> None:
+        treedraft.commit_tree(self, paths, emitted, fed_slots)
 
 
 class FeatureDraft(ModelDraft):
@@ -299,5 +299,5 @@ class NgramDraft:
         """Several matches merged into a tree (treedraft.ngram_tree)."""
         return treedraft.ngram_tree(contexts, k, width, nodes, self.max_ngram, self.device)
 
-    def commit_tree(self, paths, emitted) -> None:
+    def commit_tree(self, paths, emitted, fed_slots) -> None:
         pass

@@ -186,8 +186,9 @@ class RaggedCache:
                     lengths: list[int] | None = None) -> None:
         """Mark the last T slots per row kept or rejected; keep: [B, T] bool.
 
-        kept: when keep is a prefix per row (chains), each row's kept count, on the host: the crop
-        then reads nothing from the device. lengths: the rows' valid counts after, on the host."""
+        kept: per row, one past its last kept tail slot, on the host (a chain's kept count; a tree's
+        last path slot + 1): the crop then reads nothing from the device. lengths: the rows' valid
+        counts after, on the host."""
         T = keep.shape[1]
         tail = self.valid[:, -T:]
         dropped = (tail & ~keep).sum(dim=1)

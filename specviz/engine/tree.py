@@ -33,6 +33,7 @@ import dataclasses
 import torch
 
 from specviz.engine.sampling import SamplingParams, argmax_last, process_logits, sample_inverse_cdf
+from specviz.engine.transfer import host_tensor, to_device
 
 
 @dataclasses.dataclass
@@ -45,14 +46,19 @@ class TokenTree:
     cu_nodes: torch.Tensor  # [B + 1] row b's nodes are [cu_nodes[b], cu_nodes[b + 1])
     probs: torch.Tensor | None = None  # [num_nodes] the draft's probability of the node given its parent
     rank: torch.Tensor | None = None  # [num_nodes] sibling rank in the draft's order (0 = its top guess)
+    fed_slot: torch.Tensor | None = None  # [num_nodes] the node's slot among the draft cache's fed tail, -1 = not fed
+    host_sizes: list[int] | None = None  # [B] nodes per row, when the drafter knows them on the host
+    _padded: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def batch_size(self) -> int:
         return self.cu_nodes.numel() - 1
 
     def sizes(self) -> list[int]:
-        """[B] nodes per row."""
-        return (self.cu_nodes[1:] - self.cu_nodes[:-1]).tolist()
+        """[B] nodes per row (read from the device only when the drafter did not say)."""
+        if self.host_sizes is None:
+            self.host_sizes = (self.cu_nodes[1:] - self.cu_nodes[:-1]).tolist()
+        return list(self.host_sizes)
 
     def row(self, b: int) -> dict[str, list]:
         """Row b's nodes as lists: token, parent, depth (and prob, rank when known)."""
@@ -80,20 +86,27 @@ class TokenTree:
                 d.append(1 if p < 0 else d[p] + 1)
             depth += d
             cu.append(cu[-1] + len(nodes))
-        as_long = lambda x: torch.tensor(x, dtype=torch.long, device=device)  # noqa: E731
-        flat = lambda x: torch.tensor([v for r in x for v in r], device=device) if x is not None else None  # noqa: E731
+        as_long = lambda x: host_tensor(x, device)  # noqa: E731  (a non-blocking copy on CUDA)
+        flat = lambda x: to_device(torch.tensor([v for r in x for v in r]), device) if x is not None else None  # noqa: E731
         return TokenTree(as_long(tokens), as_long(parents), as_long(depth), as_long(cu),
-                         flat(probs), flat(rank).long() if rank is not None else None)
+                         flat(probs), flat(rank).long() if rank is not None else None,
+                         host_sizes=[len(nodes) for nodes in rows])
 
     def padded(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-row padded views over N = max N_b node columns:
+        """Per-row padded views over N = max N_b node columns (made once per tree):
         (tokens [B, N] (0 at padding), parents [B, N] (-2 at padding), depth [B, N], real [B, N] bool)."""
+        if self._padded is None:
+            self._padded = self._pad()
+        return self._padded
+
+    def _pad(self):
         B, sizes = self.batch_size, self.sizes()
         N = max(sizes, default=0)
         dev = self.tokens.device
         col = torch.arange(N, device=dev).unsqueeze(0)  # [1, N]
-        real = col < torch.tensor(sizes, device=dev).unsqueeze(1)  # [B, N]
-        row_of = torch.repeat_interleave(torch.arange(B, device=dev), torch.tensor(sizes, device=dev))  # [num_nodes]
+        n_b = host_tensor(sizes, dev)  # [B]
+        real = col < n_b.unsqueeze(1)  # [B, N]
+        row_of = torch.repeat_interleave(torch.arange(B, device=dev), n_b, output_size=sum(sizes))  # [num_nodes]
         col_of = torch.arange(self.tokens.numel(), device=dev) - self.cu_nodes[row_of]  # [num_nodes]
         tokens = torch.zeros(B, N, dtype=torch.long, device=dev)
         parents = torch.full((B, N), -2, dtype=torch.long, device=dev)
@@ -128,7 +141,7 @@ def ancestor_mask(parents: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
 @dataclasses.dataclass
 class TreeVerdict:
     num_accepted: torch.Tensor  # [B] accepted nodes per row (the accepted path's length)
-    emitted: torch.Tensor  # [B, D + 1] accepted tokens then the recovered/bonus token, -1 after
+    emitted: torch.Tensor  # [B, >= D + 1] accepted tokens then the recovered/bonus token, -1 after
     keep_slots: torch.Tensor  # [B, 1 + N] verify slots that stay: the root and the accepted path
 
     @property
@@ -160,7 +173,7 @@ def accept_tree(
     accepted = torch.zeros(B, N, dtype=torch.bool, device=dev)
     for i in range(N):  # one pass: parents before children, siblings in draft order
         cand = real[:, i] & (parents[:, i] + 1 == cur)  # [B] node i is a child of the current node
-        if not bool(cand.any()):
+        if dev.type == "cpu" and not bool(cand.any()):  # a shortcut where a read costs no sync (CUDA: the kernel)
             continue
         x = tokens[:, i]  # [B]
         if params.greedy:

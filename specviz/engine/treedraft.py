@@ -25,6 +25,7 @@ import dataclasses
 
 import torch
 
+from specviz.engine.transfer import to_device
 from specviz.engine.tree import TokenTree
 
 
@@ -65,7 +66,7 @@ def propose_tree(draft, k: int, W: int, N: int) -> TokenTree:
     dev = draft.device
     ids, valid = draft._first_input()
     B = ids.shape[0]
-    vals, toks = _top(draft, draft.kv.forward(ids, valid, last_only=True)[:, -1], W)  # [B, W]
+    vals, toks = _top(draft, draft.kv.forward(ids, valid, last_only=True, counts=draft._counts)[:, -1], W)  # [B, W]
     root_pos = draft.kv.lengths - 1  # [B]
     C, S = W + (k - 1) * W * W, W * (k - 1)  # candidates per row; fed tail slots per row
     tok = torch.zeros(B, C, dtype=torch.long, device=dev)  # [B, C]
@@ -85,7 +86,7 @@ def propose_tree(draft, k: int, W: int, N: int) -> TokenTree:
         sees[:, :, s0:s0 + W] |= own  # a node sees itself, and (inherited) its ancestors
         positions = (root_pos + d - 1).unsqueeze(1).expand(B, W)  # [B, W] root + the frontier's depth
         logits = draft.kv.forward(tok.gather(1, frontier), torch.ones(B, W, dtype=torch.bool, device=dev),
-                                  positions=positions, tail_mask=sees[:, :, :s0 + W])  # [B, W, V]
+                                  positions=positions, tail_mask=sees[:, :, :s0 + W], counts=[W] * B)  # [B, W, V]
         vals, toks = _top(draft, logits, W)  # [B, W (frontier), W (children)]
         child = (score.gather(1, frontier).unsqueeze(2) + vals).reshape(B, W * W)  # [B, W * W] j-major
         made = slice(first, first + W * W)
@@ -113,28 +114,31 @@ def _keep(draft, tok, parent, score, depth, rank, fed, N: int) -> TokenTree:
     node_par = torch.where(has, local.gather(1, kpar.clamp(min=0)), -1)  # [B, n] row-local parent
     par_score = torch.where(has, score.gather(1, kpar.clamp(min=0)), 0.0)  # [B, n]
     probs = (score.gather(1, kept) - par_score).exp()  # [B, n] the node's probability given its parent
+    match = fed.unsqueeze(1) == kept.unsqueeze(2)  # [B, n, S] kept node i was fed into tail slot s
+    fed_slot = torch.where(match.any(2), match.long().argmax(2), -1) if fed.shape[1] else torch.full_like(kept, -1)
     draft._grown = Grown(kept, fed, C)
     return TokenTree(tok.gather(1, kept).flatten(), node_par.flatten(), depth[kept].flatten(),
-                     torch.arange(B + 1, device=dev) * n, probs.flatten(), rank[kept].flatten())
+                     torch.arange(B + 1, device=dev) * n, probs.flatten(), rank[kept].flatten(), fed_slot.flatten(),
+                     host_sizes=[n] * B)
 
 
-def commit_tree(draft, paths: list[list[int]], emitted: list[list[int]]) -> None:
-    """Keep the accepted path's fed slots in the draft cache, holes elsewhere; queue what was not fed."""
+def commit_tree(draft, paths: list[list[int]], emitted: list[list[int]], fed_slots: list[list[int]]) -> None:
+    """Keep the accepted path's fed slots in the draft cache, holes elsewhere; queue what was not fed.
+    fed_slots: per row, each node's tail slot (the tree's ``fed_slot``, -1 = never fed), on the host,
+    so nothing here reads the device."""
     grown: Grown = draft._grown
-    B = len(paths)
-    if grown.fed_cand.shape[1]:
-        dev = grown.fed_cand.device
-        b_idx = torch.tensor([b for b, p in enumerate(paths) for _ in p], dtype=torch.long, device=dev)
-        n_idx = torch.tensor([i for p in paths for i in p], dtype=torch.long, device=dev)
-        on_path = torch.zeros(B, grown.candidates, dtype=torch.bool, device=dev)  # [B, C] on the accepted path
-        on_path[b_idx, grown.node_cand[b_idx, n_idx]] = True
-        keep = on_path.gather(1, grown.fed_cand)  # [B, W (k - 1)] fed slots on the accepted path
-        draft.kv.reject_tail(keep)
-        n_fed = keep.sum(1).tolist()
-    else:
-        n_fed = [0] * B
+    B, S = len(paths), grown.fed_cand.shape[1]
+    kept_slots = [[fed_slots[b][i] for i in p if fed_slots[b][i] >= 0] for b, p in enumerate(paths)]
+    if S:
+        keep = torch.zeros(B, S, dtype=torch.bool)  # [B, W (k - 1)] fed slots on the accepted path, built on the host
+        for b, slots in enumerate(kept_slots):
+            keep[b, slots] = True
+        h = draft.kv.host_lengths
+        draft.kv.reject_tail(to_device(keep, draft.device), [max(s, default=-1) + 1 for s in kept_slots],
+                             None if h is None else [x - S + len(s) for x, s in zip(h, kept_slots)])
     draft.kv.maybe_compact()
-    draft.pending = [e[f:] for e, f in zip(emitted, n_fed)]  # accepted nodes the draft never fed, then the final token
+    # the fed nodes of a path are its first ones (a frontier node's parent was fed too): queue the rest
+    draft.pending = [e[len(s):] for e, s in zip(emitted, kept_slots)]  # then the final token
     draft._grown = None
 
 

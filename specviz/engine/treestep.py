@@ -21,6 +21,7 @@ import dataclasses
 import torch
 
 from specviz.engine import streams
+from specviz.engine.transfer import host_tensor
 from specviz.engine.tree import TokenTree, accept_tree, ancestor_mask
 
 
@@ -41,7 +42,7 @@ def default_accept_tree_fn(device: torch.device):
 
 def empty_tree(B: int, device) -> TokenTree:
     z = torch.zeros(0, dtype=torch.long, device=device)
-    return TokenTree(z, z, z, torch.zeros(B + 1, dtype=torch.long, device=device))
+    return TokenTree(z, z, z, torch.zeros(B + 1, dtype=torch.long, device=device), host_sizes=[0] * B)
 
 
 def verify_tree(kv, last: list[int], tree: TokenTree) -> torch.Tensor:
@@ -49,12 +50,43 @@ def verify_tree(kv, last: list[int], tree: TokenTree) -> torch.Tensor:
     dev = kv.device
     tokens, parents, depth, real = tree.padded()  # [B, N] each
     B = len(last)
-    root = torch.tensor(last, dtype=torch.long, device=dev).unsqueeze(1)  # [B, 1]
+    root = host_tensor(last, dev).unsqueeze(1)  # [B, 1]
     ids = torch.cat([root, tokens.to(dev)], dim=1)  # [B, 1 + N]
     valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=dev), real.to(dev)], dim=1)  # [B, 1 + N]
     depth = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=dev), depth.to(dev)], dim=1)  # [B, 1 + N]
     positions = kv.lengths.unsqueeze(1) + depth  # [B, 1 + N] prefix length + depth
-    return kv.forward(ids, valid, positions=positions, tail_mask=ancestor_mask(parents.to(dev), real.to(dev)))
+    return kv.forward(ids, valid, positions=positions, tail_mask=ancestor_mask(parents.to(dev), real.to(dev)),
+                      counts=[1 + n for n in tree.sizes()])
+
+
+def read_step(tree: TokenTree, verdict) -> list[dict]:
+    """The step's ONE copy to the host: per row the accepted count, the output, the accepted path,
+    and the tree's nodes for the trace (token, parent, depth, prob, rank) and the draft's commit
+    (fed_slot). Everything goes as one float64 vector (exact for ids and counts below 2^53)."""
+    B, sizes = tree.batch_size, tree.sizes()
+    if B == 0:
+        return []
+    per_row = torch.cat([x.to(torch.float64) for x in (verdict.num_accepted.view(B, 1), verdict.emitted,
+                                                        verdict.keep_slots)], dim=1)  # [B, 1 + E + (1 + N)]
+    flat = [tree.tokens, tree.parents, tree.depth] + [x for x in (tree.probs, tree.rank, tree.fed_slot) if x is not None]
+    vec = torch.cat([per_row.flatten()] + [x.to(per_row.device, torch.float64) for x in flat]).tolist()
+    E, T = verdict.emitted.shape[1], verdict.keep_slots.shape[1]
+    head, nodes = vec[: B * (1 + E + T)], vec[B * (1 + E + T):]
+    M = sum(sizes)
+    names = ["token", "parent", "depth"] + [n for n, x in (("prob", tree.probs), ("rank", tree.rank),
+                                                            ("fed_slot", tree.fed_slot)) if x is not None]
+    cols = {name: nodes[j * M:(j + 1) * M] for j, name in enumerate(names)}
+    out, start = [], 0
+    for b in range(B):
+        r = head[b * (1 + E + T): (b + 1) * (1 + E + T)]
+        a = int(r[0])
+        row = {name: [round(v, 6) if name == "prob" else int(v) for v in col[start:start + sizes[b]]]
+               for name, col in cols.items()}
+        keep = r[1 + E:]
+        out.append({"num_accepted": a, "emitted": [int(v) for v in r[1:2 + a]],
+                    "path": [i for i in range(T - 1) if keep[1 + i]], "nodes": row})
+        start += sizes[b]
+    return out
 
 
 def row_uniforms(rows, sizes: list[int], device) -> torch.Tensor:
@@ -76,21 +108,25 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
     sizes = tree.sizes()
     u = row_uniforms(active, sizes, dec.device)
     lap()
+    before = dec.kv.host_lengths  # each row's cached tokens before the verify, when known on the host
     logits = verify_tree(dec.kv, [c[-1] for c in contexts], tree)
     dec.verify_hidden = dec.kv.hidden
     lap()
     verdict = dec.accept_tree_fn(logits, tree, u, dec.params)
-    num_accepted = verdict.num_accepted.tolist()
-    emitted = [e[: a + 1] for e, a in zip(verdict.emitted.tolist(), num_accepted)]
+    host = read_step(tree, verdict)
+    num_accepted = [h["num_accepted"] for h in host]
+    emitted = [h["emitted"] for h in host]
+    paths = [h["path"] for h in host]
     lap()
-    dec.kv.reject_tail(verdict.keep_slots)
+    after = None if before is None else [x + 1 + a for x, a in zip(before, num_accepted)]
+    dec.kv.reject_tail(verdict.keep_slots, [2 + p[-1] if p else 1 for p in paths], after)  # root, path, holes
     compacted = dec.kv.maybe_compact()
-    paths = verdict.path
     if k:
-        dec.proposer.commit_tree(paths, emitted)
+        dec.proposer.commit_tree(paths, emitted, [h["nodes"].get("fed_slot", []) for h in host])
     else:
         dec.proposer.commit(num_accepted, emitted)
-    trees = {r.index: {**tree.row(b), "path": paths[b]} for b, r in enumerate(active)}
+    trees = {r.index: {**{n: v for n, v in h["nodes"].items() if n != "fed_slot"}, "path": h["path"]}
+             for h, r in zip(host, active)}
     if k and hasattr(dec.controller, "observe_trees"):  # treepolicy.TreeShapes: acceptance by depth x rank
         dec.controller.observe_trees(list(trees.values()))
     proposed = [t["token"] for t in trees.values()]
