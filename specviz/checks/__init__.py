@@ -43,6 +43,7 @@ CHECKED = {
     "init_layers": "first, random (feature drafts) or --layers ids below the target's layer count",
     "text": "existing files or folders of written text, for token drafts only",
     "vocab_from": "a distilled draft's folder (its draft file is there)",
+    "init_from": "a distilled draft's folder (its draft file is there)",
 }
 NEEDS_NO_CHECK = {
     "help": "argparse prints the help",
@@ -304,11 +305,11 @@ def check_distill_args(a) -> None:
             raise SpecvizError(f"--text {path!r}: no such file or folder")
     if a.text and feature:
         raise SpecvizError(f"--text labels token drafts only (a {a.kind} draft also needs the target's features)")
-    if a.vocab_from:
+    for flag, path in (("--vocab-from", a.vocab_from), ("--init-from", getattr(a, "init_from", None))):
         from specviz.models.distilled import DRAFT_FILE
 
-        if not (Path(a.vocab_from).expanduser() / DRAFT_FILE).is_file():
-            raise SpecvizError(f"--vocab-from {a.vocab_from!r} is not a distilled draft (no {DRAFT_FILE})")
+        if path and not (Path(path).expanduser() / DRAFT_FILE).is_file():
+            raise SpecvizError(f"{flag} {path!r} is not a distilled draft (no {DRAFT_FILE})")
     cfg = _config_json(target_dir) or {}
     n_target, vocab = cfg.get("num_hidden_layers"), cfg.get("vocab_size")
     if a.init_layers not in ("first", "random"):

@@ -156,11 +156,6 @@ def _layer_ids(spec: str, layers: int, n_target: int) -> list[int]:
 def _validate(a) -> list[int]:
     if a.text and a.kind != "token":
         raise SpecvizError(f"--text labels token drafts only (a {a.kind} draft also needs the target's features)")
-    if a.init_from:
-        from specviz.models.distilled import DRAFT_FILE
-
-        if not (Path(a.init_from).expanduser() / DRAFT_FILE).is_file():
-            raise SpecvizError(f"--init-from {a.init_from!r} is not a distilled draft (no {DRAFT_FILE})")
     if a.gen_workers < 0:
         raise SpecvizError(f"--gen-workers must be 0 (auto) or more (got {a.gen_workers})")
     for name in ("samples", "max_new_tokens", "gen_batch_size", "topk", "batch_size", "vocab", "layers", "eval_prompts",
