@@ -72,7 +72,7 @@ def test_after_tree_steps_the_draft_cache_equals_a_fresh_prefill_of_the_context(
         next(steps)
     contexts = [r.context for r in dec.active]
     grown = draft.propose_tree(contexts, 1, 4, 4, SamplingParams())  # depth 1: the root's top 4
-    draft._grown = None
+    draft._tree_fed = None
     fresh = ModelDraft(draft_model)
     fresh.start(contexts)
     want = fresh.propose_tree(contexts, 1, 4, 4, SamplingParams())

@@ -21,21 +21,11 @@ not fed (the ModelDraft invariant: the cache holds the context except ``pending`
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from specviz.engine.transfer import to_device
 from specviz.engine.tree import TokenTree
 
-
-@dataclasses.dataclass
-class Grown:
-    """What commit_tree needs from propose_tree."""
-
-    node_cand: torch.Tensor  # [B, n] each kept node's candidate id
-    fed_cand: torch.Tensor  # [B, W (k - 1)] the candidate id in each fed tail slot, in slot order
-    candidates: int  # C, candidates made per row
 
 
 def _top(draft, logits: torch.Tensor, W: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,7 +106,7 @@ def _keep(draft, tok, parent, score, depth, rank, fed, N: int) -> TokenTree:
     probs = (score.gather(1, kept) - par_score).exp()  # [B, n] the node's probability given its parent
     match = fed.unsqueeze(1) == kept.unsqueeze(2)  # [B, n, S] kept node i was fed into tail slot s
     fed_slot = torch.where(match.any(2), match.long().argmax(2), -1) if fed.shape[1] else torch.full_like(kept, -1)
-    draft._grown = Grown(kept, fed, C)
+    draft._tree_fed = fed.shape[1]  # what commit_tree needs: the fed tail slots per row (each node's is fed_slot)
     return TokenTree(tok.gather(1, kept).flatten(), node_par.flatten(), depth[kept].flatten(),
                      torch.arange(B + 1, device=dev) * n, probs.flatten(), rank[kept].flatten(), fed_slot.flatten(),
                      host_sizes=[n] * B)
@@ -126,8 +116,7 @@ def commit_tree(draft, paths: list[list[int]], emitted: list[list[int]], fed_slo
     """Keep the accepted path's fed slots in the draft cache, holes elsewhere; queue what was not fed.
     fed_slots: per row, each node's tail slot (the tree's ``fed_slot``, -1 = never fed), on the host,
     so nothing here reads the device."""
-    grown: Grown = draft._grown
-    B, S = len(paths), grown.fed_cand.shape[1]
+    B, S = len(paths), draft._tree_fed
     kept_slots = [[fed_slots[b][i] for i in p if fed_slots[b][i] >= 0] for b, p in enumerate(paths)]
     if S:
         keep = torch.zeros(B, S, dtype=torch.bool)  # [B, W (k - 1)] fed slots on the accepted path, built on the host
@@ -139,7 +128,7 @@ def commit_tree(draft, paths: list[list[int]], emitted: list[list[int]], fed_slo
     draft.kv.maybe_compact()
     # the fed nodes of a path are its first ones (a frontier node's parent was fed too): queue the rest
     draft.pending = [e[len(s):] for e, s in zip(emitted, kept_slots)]  # then the final token
-    draft._grown = None
+    draft._tree_fed = None
 
 
 # ---- n-gram trees ------------------------------------------------------------------------------
