@@ -60,16 +60,21 @@ class TokenTree:
             self.host_sizes = (self.cu_nodes[1:] - self.cu_nodes[:-1]).tolist()
         return list(self.host_sizes)
 
+    def fields(self) -> list[tuple[str, torch.Tensor]]:
+        """The per-node tensors of a row's record, in order: token, parent, depth (and prob, rank when known)."""
+        known = [("prob", self.probs), ("rank", self.rank)]
+        return [("token", self.tokens), ("parent", self.parents), ("depth", self.depth)] + [
+            (name, x) for name, x in known if x is not None]
+
+    @staticmethod
+    def node_values(name: str, values: list) -> list:
+        """A field's values on the host as a row's record keeps them: probabilities to 6 decimals, the rest ints."""
+        return [round(float(v), 6) for v in values] if name == "prob" else [int(v) for v in values]
+
     def row(self, b: int) -> dict[str, list]:
-        """Row b's nodes as lists: token, parent, depth (and prob, rank when known)."""
+        """Row b's nodes as lists, one per field (treestep.read_step makes every row's in one copy)."""
         s, e = int(self.cu_nodes[b]), int(self.cu_nodes[b + 1])
-        out = {"token": self.tokens[s:e].tolist(), "parent": self.parents[s:e].tolist(),
-               "depth": self.depth[s:e].tolist()}
-        if self.probs is not None:
-            out["prob"] = [round(float(x), 6) for x in self.probs[s:e]]
-        if self.rank is not None:
-            out["rank"] = self.rank[s:e].tolist()
-        return out
+        return {name: self.node_values(name, x[s:e].tolist()) for name, x in self.fields()}
 
     @staticmethod
     def from_rows(rows: list[list[tuple[int, int]]], device="cpu", probs: list[list[float]] | None = None,

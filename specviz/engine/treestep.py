@@ -61,30 +61,29 @@ def verify_tree(kv, last: list[int], tree: TokenTree) -> torch.Tensor:
 
 def read_step(tree: TokenTree, verdict) -> list[dict]:
     """The step's ONE copy to the host: per row the accepted count, the output, the accepted path,
-    and the tree's nodes for the trace (token, parent, depth, prob, rank) and the draft's commit
-    (fed_slot). Everything goes as one float64 vector (exact for ids and counts below 2^53)."""
+    the tree's nodes for the trace (tree.row's fields) and, for the draft's commit, each node's
+    fed slot (-1 when the tree has none). Everything goes as one float64 vector (exact for ids and
+    counts below 2^53)."""
     B, sizes = tree.batch_size, tree.sizes()
     if B == 0:
         return []
     per_row = torch.cat([x.to(torch.float64) for x in (verdict.num_accepted.view(B, 1), verdict.emitted,
                                                         verdict.keep_slots)], dim=1)  # [B, 1 + E + (1 + N)]
-    flat = [tree.tokens, tree.parents, tree.depth] + [x for x in (tree.probs, tree.rank, tree.fed_slot) if x is not None]
-    vec = torch.cat([per_row.flatten()] + [x.to(per_row.device, torch.float64) for x in flat]).tolist()
+    fields = tree.fields() + ([("fed_slot", tree.fed_slot)] if tree.fed_slot is not None else [])
+    vec = torch.cat([per_row.flatten()] + [x.to(per_row.device, torch.float64) for _, x in fields]).tolist()
     E, T = verdict.emitted.shape[1], verdict.keep_slots.shape[1]
     head, nodes = vec[: B * (1 + E + T)], vec[B * (1 + E + T):]
     M = sum(sizes)
-    names = ["token", "parent", "depth"] + [n for n, x in (("prob", tree.probs), ("rank", tree.rank),
-                                                            ("fed_slot", tree.fed_slot)) if x is not None]
-    cols = {name: nodes[j * M:(j + 1) * M] for j, name in enumerate(names)}
+    cols = {name: nodes[j * M:(j + 1) * M] for j, (name, _) in enumerate(fields)}
     out, start = [], 0
     for b in range(B):
         r = head[b * (1 + E + T): (b + 1) * (1 + E + T)]
         a = int(r[0])
-        row = {name: [round(v, 6) if name == "prob" else int(v) for v in col[start:start + sizes[b]]]
-               for name, col in cols.items()}
+        row = {name: TokenTree.node_values(name, col[start:start + sizes[b]]) for name, col in cols.items()}
         keep = r[1 + E:]
         out.append({"num_accepted": a, "emitted": [int(v) for v in r[1:2 + a]],
-                    "path": [i for i in range(T - 1) if keep[1 + i]], "nodes": row})
+                    "path": [i for i in range(T - 1) if keep[1 + i]],
+                    "fed_slot": row.pop("fed_slot", [-1] * sizes[b]), "nodes": row})
         start += sizes[b]
     return out
 
@@ -122,11 +121,10 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
     dec.kv.reject_tail(verdict.keep_slots, [2 + p[-1] if p else 1 for p in paths], after)  # root, path, holes
     compacted = dec.kv.maybe_compact()
     if k:
-        dec.proposer.commit_tree(paths, emitted, [h["nodes"].get("fed_slot", []) for h in host])
+        dec.proposer.commit_tree(paths, emitted, [h["fed_slot"] for h in host])
     else:
         dec.proposer.commit(num_accepted, emitted)
-    trees = {r.index: {**{n: v for n, v in h["nodes"].items() if n != "fed_slot"}, "path": h["path"]}
-             for h, r in zip(host, active)}
+    trees = {r.index: {**h["nodes"], "path": h["path"]} for h, r in zip(host, active)}
     if k and hasattr(dec.controller, "observe_trees"):  # treepolicy.TreeShapes: acceptance by depth x rank
         dec.controller.observe_trees(list(trees.values()))
     proposed = [t["token"] for t in trees.values()]
