@@ -305,9 +305,9 @@ def check_distill_args(a) -> None:
             raise SpecvizError(f"--text {path!r}: no such file or folder")
     if a.text and feature:
         raise SpecvizError(f"--text labels token drafts only (a {a.kind} draft also needs the target's features)")
-    for flag, path in (("--vocab-from", a.vocab_from), ("--init-from", getattr(a, "init_from", None))):
-        from specviz.models.distilled import DRAFT_FILE
+    from specviz.models.distilled import DRAFT_FILE
 
+    for flag, path in (("--vocab-from", a.vocab_from), ("--init-from", a.init_from)):
         if path and not (Path(path).expanduser() / DRAFT_FILE).is_file():
             raise SpecvizError(f"{flag} {path!r} is not a distilled draft (no {DRAFT_FILE})")
     cfg = _config_json(target_dir) or {}

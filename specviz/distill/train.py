@@ -7,6 +7,7 @@ held-out checkpoint choice (top-1 agreement = greedy acceptance at k = 1, teache
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -39,8 +40,6 @@ def init_from_draft(draft, path) -> dict:
     p = Path(path).expanduser()
     if not (p / DRAFT_FILE).is_file() or not (p / "model.safetensors").is_file():
         raise SpecvizError(f"--init-from {path!r} is not a distilled draft (no {DRAFT_FILE} and model.safetensors)")
-    import json
-
     old_map = json.loads((p / DRAFT_FILE).read_text()).get("vocab_map") or []
     saved = load_file(str(p / "model.safetensors"))
     mine = {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
@@ -108,7 +107,6 @@ def fingerprint(train_data, val_data, steps: int, batch_size: int, lr: float, se
                 warmup: int, eval_every: int) -> str:
     """What a saved training state must match to be resumed: the settings and the data's shape."""
     import hashlib
-    import json
 
     shape = [len(x["ids"]) for x in train_data] + [-len(x["ids"]) for x in val_data]
     ids = [int(x["ids"].sum()) for x in train_data[:64]]
