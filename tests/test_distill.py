@@ -493,7 +493,7 @@ def test_init_from_a_draft_of_another_depth_is_refused_in_one_line(distilled, ta
 
 def test_distill_init_from_with_no_steps_saves_the_drafts_own_weights(distilled, tmp_path):
     out, _ = distilled
-    tiny = [x for x in TINY]
+    tiny = list(TINY)
     tiny[tiny.index("--steps") + 1] = "0"
     a = parse(["--out", str(tmp_path), "--data", str(out / "data"), "--init-from", str(out), "--vocab-from", str(out),
                *tiny])

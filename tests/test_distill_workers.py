@@ -30,11 +30,11 @@ def test_a_second_writer_of_a_shard_is_refused_and_the_first_keeps_writing(tmp_p
 
 
 PARENT = """
-import subprocess, sys
+import subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c",
     "import time; from specviz.distill.data import exit_with_parent; exit_with_parent(0.1); time.sleep(120)"])
 print(child.pid, flush=True)
-import time; time.sleep(120)
+time.sleep(120)
 """
 
 
