@@ -30,28 +30,37 @@ def test_a_second_writer_of_a_shard_is_refused_and_the_first_keeps_writing(tmp_p
 
 
 PARENT = """
-import subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c",
-    "import time; from specviz.distill.data import exit_with_parent; exit_with_parent(0.1); time.sleep(120)"])
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import sys, time; from specviz.distill.data import exit_with_parent; "
+                          f"exit_with_parent({os.getpid()}, 0.1); time.sleep(120)"])
 print(child.pid, flush=True)
 time.sleep(120)
 """
 
 
-def test_a_worker_exits_soon_after_its_distill_is_killed():
+def running(pid: int) -> bool:
+    """Whether pid is a live process (an exited one waiting to be reaped, a zombie, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
+@pytest.mark.parametrize("kill_after_s", [0.0, 3.0], ids=["while-it-starts", "once-it-runs"])
+def test_a_worker_exits_soon_after_its_distill_is_killed(kill_after_s):
+    """Killed while the worker still imports (the parent gone before its watch starts) or after."""
     env = {**os.environ, "PYTHONPATH": ROOT}
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=env)
     child = int(parent.stdout.readline())
-    time.sleep(2)  # the child has imported specviz and started its watch
-    os.kill(child, 0)  # alive while its parent is
+    time.sleep(kill_after_s)
+    assert running(child)  # alive while its parent is
     parent.send_signal(signal.SIGKILL)  # no finally, no cleanup in the parent: only the child's own watch
     parent.wait()
-    deadline = time.time() + 20
+    deadline = time.time() + 30
     while time.time() < deadline:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
+        if not running(child):
             return
         time.sleep(0.1)
     os.kill(child, signal.SIGKILL)
-    pytest.fail("the worker outlived its parent by 20 s")
+    pytest.fail("the worker outlived its parent by 30 s")

@@ -167,10 +167,10 @@ def open_shard(path: Path):
         yield f
 
 
-def exit_with_parent(poll_s: float = 0.5) -> None:
-    """End this process soon after the one that started it is gone, so a killed distill leaves no
-    worker writing its shards (a torn last line is skipped on resume)."""
-    parent = os.getppid()
+def exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
+    """End this process soon after ``parent`` (the pid of the process that started it) is gone, so a
+    killed distill leaves no worker writing its shards (a torn last line is skipped on resume). The
+    parent passes its pid: one that died before this call is noticed too."""
 
     def watch():
         while os.getppid() == parent:
@@ -211,7 +211,7 @@ def gen_worker(job: dict, worker: int) -> None:
 
     from specviz.run import get_model
 
-    exit_with_parent()
+    exit_with_parent(job["parent"])
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -245,7 +245,7 @@ def generate_parallel(target, workers: int, fn=None, **kwargs) -> None:
 
     job = json.dumps({"spec": target.spec, "device": str(target.device), "dtype": str(target.dtype).removeprefix("torch."),
                       "module": fn.__module__, "function": fn.__name__,
-                      "kwargs": {**kwargs, "data": str(kwargs["data"]), "workers": workers}})
+                      "parent": os.getpid(), "kwargs": {**kwargs, "data": str(kwargs["data"]), "workers": workers}})
     root = str(Path(__file__).resolve().parents[2])  # so the children import this specviz
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     procs = []
