@@ -3,7 +3,7 @@ forward costs a fraction of a millisecond (a random llama-style target of 2 laye
 the packaged tokenizer's 49,152-token vocabulary). On a GPU every step of every model pays this
 floor; on the CPU it hides under 20-35 ms forwards of the real model.
 
-    python bench/host_overhead.py [--batch-sizes 1,8,64] [--draft-lengths 0,2,4] [--max-new-tokens 32]
+    python bench/host_overhead.py [--batch-sizes 1,8,64] [--draft-lengths 0,2,4] [--max-new-tokens 32] [--device cuda]
 
 For each draft (prompt-lookup n-grams, and a 1-layer width-64 model draft) and each (B, k) it runs
 the engine through specviz.run.decoder_for_ids (fp32, greedy, EOS off so every row runs to
@@ -16,6 +16,11 @@ max new tokens) and prints the median per step of:
       verify    the verify phase outside the target forward (ids, slot masks)
       accept    the acceptance rule (specviz.engine.sampling / kernels)
       bookkeep  rollback, crop, compaction, per-row outputs and step records
+
+On CUDA (``--device cuda``) the forward timer synchronizes the device before and after each forward,
+so "forward" is the forward's device time as well as its launches, and "host" is the rest of the
+step: what a GPU leaves idle between forwards. Those two syncs per forward are the timer's own,
+a few microseconds each; the engine itself reads the device once per steady step.
 """
 
 from __future__ import annotations
@@ -40,26 +45,28 @@ from specviz.run import decoder_for_ids  # noqa: E402
 _forward_s: dict = defaultdict(float)  # id(model) -> seconds inside fastllama.forward
 
 
-def _timed_forward(inner):
+def _timed_forward(inner, sync):
     def forward(model, *args, **kwargs):
+        sync()
         t = time.perf_counter()
         try:
             return inner(model, *args, **kwargs)
         finally:
+            sync()
             _forward_s[id(model)] += time.perf_counter() - t
     return forward
 
 
-def tiny_llama(vocab: int, layers: int, width: int, tokenizer, seed: int) -> LoadedModel:
+def tiny_llama(vocab: int, layers: int, width: int, tokenizer, seed: int, device: str = "cpu") -> LoadedModel:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                       tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg).eval()
+    model = LlamaForCausalLM(cfg).eval().to(device)
     return LoadedModel(spec=f"random-llama-{layers}x{width}", name=f"random-llama-{layers}x{width} (synthetic)",
-                       model=model, tokenizer=tokenizer, device=torch.device("cpu"), dtype=torch.float32)
+                       model=model, tokenizer=tokenizer, device=torch.device(device), dtype=torch.float32)
 
 
 def measure(target, proposer, prompt_ids, k: int, max_new: int) -> dict:
@@ -89,18 +96,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: the floor is single-threaded host work, and spinning OpenMP "
                          "threads make a tiny model's forward 30x slower when another process is busy; 0: torch's default)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="where the tiny models run (cuda: the forward timer synchronizes around each forward)")
     a = ap.parse_args()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: CUDA is not available on this machine")
     if a.threads:
         torch.set_num_threads(a.threads)
-    ragged.fastllama.forward = _timed_forward(ragged.fastllama.forward)
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    ragged.fastllama.forward = _timed_forward(ragged.fastllama.forward, sync)
     tok = get_model("default", "cpu", "float32").tokenizer  # only the tokenizer: the model is synthetic
     V = len(tok)
-    target = tiny_llama(V, 2, 64, tok, seed=0)
-    draft_model = tiny_llama(V, 1, 64, tok, seed=1)
+    target = tiny_llama(V, 2, 64, tok, seed=0, device=a.device)
+    draft_model = tiny_llama(V, 1, 64, tok, seed=1, device=a.device)
     drafts = {"ngram": lambda: NgramDraft(max_ngram=3, device=target.device),
               "model 1x64": lambda: ModelDraft(draft_model, vocab_size=V)}
     prompts = encode_prompts(tok, CHAT)
-    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, target {target.name}, "
+    where = torch.cuda.get_device_name() if a.device == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+    print(f"# torch {torch.__version__}, {where}, target {target.name}, "
           f"{sum(p.numel() for p in target.model.parameters()) / 1e6:.1f}M params, fp32, {a.max_new_tokens} new tokens")
     print(f"{'draft':>10} {'B':>3} {'k':>2} | {'wall':>7} {'forward':>7} {'host':>7} | {'draft':>7} {'verify':>7} "
           f"{'accept':>7} {'bookkeep':>8}   (ms per step, median)")
