@@ -61,6 +61,7 @@ if st.button("Check exactness", key="corr_run", type="primary", disabled=job is 
         st.session_state["corr_rows"] = None
         job = jobs.Job(exactness_job(cfg), appstate.model_lock()).start()
         st.session_state[JOB_KEY] = job
+        st.rerun()  # draw the button again, disabled while the job runs
 
 
 def exactness_view() -> None:

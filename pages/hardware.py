@@ -59,6 +59,7 @@ job = st.session_state.get(PEAKS_JOB)
 if st.button("Measure peaks (about 1 s)", key="measure_peaks", disabled=job is not None and job.running):
     job = jobs.Job(peaks_job(device), appstate.model_lock()).start()
     st.session_state[PEAKS_JOB] = job
+    st.rerun()  # draw the button again, disabled while the job runs
 
 
 def peaks_view() -> None:

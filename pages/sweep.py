@@ -68,9 +68,12 @@ if go:
         job = jobs.Job(sweep_job(cfg, sorted(batches), sorted(set(ks)), int(repeats)), appstate.model_lock()).start()
         st.session_state[JOB_KEY] = job
         st.session_state["sweep_grid"] = len(batches) * len(set(ks))
-        running = True
+        st.rerun()  # draw the buttons again: Run sweep off and Stop on while the job runs
 if stop and job is not None:
     job.stop()
+    st.session_state["sweep_stopping"] = True
+    st.rerun()
+if st.session_state.get("sweep_stopping") and running:
     st.info("Stopping after the current cell; the cells measured so far stay.")
 
 COLUMNS = {"batch_size": "b", "draft_length": "k", "alpha": "α fit", "acceptance_rate": "acceptance rate",
@@ -101,6 +104,7 @@ def show() -> None:
             st.info(f"stopped after {len(cells)} cells{why}")
         if not job.running and not getattr(job, "_shown_final", False):
             job._shown_final = True
+            st.session_state["sweep_stopping"] = False
             if st.session_state.get("_sweep_fragment"):
                 st.rerun(scope="app")  # the buttons outside the fragment change state
     cells = st.session_state.get("sweep_results") or []

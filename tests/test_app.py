@@ -269,9 +269,18 @@ def test_sweep_page_runs_the_cli_sweep_in_a_job_and_shows_its_numbers():
     at.multiselect(key="sweep_k").set_value([2])
     at.slider(key="sweep_max_new").set_value(4)
     at.selectbox(key="sweep_prompts").set_value("chat questions")  # short prompts: the copy-heavy ones take ~1 min
-    at.button(key="sweep_run").click().run()
-    assert not at.exception and not errors(at)
+    lock = appstate.model_lock()
+    lock.acquire()  # the job queues behind it, so the page is drawn while the job has not finished
+    try:
+        at.button(key="sweep_run").click().run()
+        assert not at.exception and not errors(at)
+        assert at.session_state["sweep_job"].running
+        # the buttons are drawn again for the running job: no second sweep, and Stop works
+        assert at.button(key="sweep_run").disabled and not at.button(key="sweep_stop").disabled
+    finally:
+        lock.release()
     job = wait_job(at, "sweep_job")
+    assert not at.button(key="sweep_run").disabled and at.button(key="sweep_stop").disabled
     assert job.status == "done", job.error
     assert not at.exception and not errors(at)
     cells = at.session_state["sweep_results"]
@@ -280,6 +289,24 @@ def test_sweep_page_runs_the_cli_sweep_in_a_job_and_shows_its_numbers():
     assert any(f"B=1 k=2 alpha {cells[0]['alpha']:.3f}  measured {cells[0]['measured_speedup']:.2f}x" in c.value
                for c in at.code)  # the line the CLI prints
     assert {"sweep_measured", "sweep_predicted"} <= {el.key for el in at.get("plotly_chart")}
+
+
+def test_sweep_stop_ends_a_queued_sweep_and_says_so():
+    at = new_app(draft_kind="ngram")
+    at.switch_page("pages/sweep.py").run()
+    at.multiselect(key="sweep_b").set_value([1])
+    at.multiselect(key="sweep_k").set_value([2])
+    lock = appstate.model_lock()
+    lock.acquire()
+    try:
+        at.button(key="sweep_run").click().run()
+        at.button(key="sweep_stop").click().run()
+        assert any("Stopping after the current cell" in i.value for i in at.info)
+    finally:
+        lock.release()
+    assert wait_job(at, "sweep_job").status == "stopped"
+    assert any("stopped after 0 cells" in i.value for i in at.info)
+    assert not at.button(key="sweep_run").disabled
 
 
 def test_correctness_page_checks_exactness_in_a_job_and_the_sampling_distribution():

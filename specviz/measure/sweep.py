@@ -95,6 +95,7 @@ def sweep_config(cfg: RunConfig, batch_sizes, draft_lengths, repeats: int = 1, r
     if cal is None:
         note("calibrating the cost model first (cached for next time)...")
         cal = calibrate(target, proposer, sorted(set(batch_sizes)), max(draft_lengths))
+        note("calibrated (cached for next time); measuring the grid")
     else:
         note(f"using the cached calibration from {cal.created or 'an unknown date'} (--recalibrate to measure again)")
     rows = sweep(cfg, batch_sizes, draft_lengths, target, proposer, cal, repeats, on_cell, should_stop, done)
