@@ -112,12 +112,8 @@ st.markdown("**Why a bigger batch gains less.** "
 
 left, right = st.columns(2)
 all_b = list(range(1, 65))
-best_measured = {}
-for m in measured:
-    if m["b"] not in best_measured or m["speedup"] > best_measured[m["b"]]["speedup"]:
-        best_measured[m["b"]] = m
 left.plotly_chart(modelcharts.optimal_k_curve(all_b, [an.optimal_k(bb, alpha, costs_at(bb), K_MAX) for bb in all_b],
-                                              list(best_measured.values())), key="optimal_k")
+                                              modelcharts.best_measured(measured)), key="optimal_k")
 ks = list(range(K_MAX + 1))
 right.plotly_chart(modelcharts.bk_heatmap(BATCHES, ks, [[speedup(bb, kk) for kk in ks] for bb in BATCHES],
                                           title="Predicted speedup by (b, k)"), key="bk_heatmap")
@@ -128,7 +124,7 @@ st.subheader("At a 7B scale (synthetic: timing only)")
 synthetic = synthetic_calibrations()
 if not synthetic:
     st.caption("No synthetic calibration yet: `bash bench/gpu_check.sh` on a GPU measures the costs of a random-weight "
-               "Llama-2-7B-shaped target and llama-160m-shaped draft (bench/results/gpu-*/calibration-synthetic-*.json).")
+               "Llama-2-7B-shaped target and llama-160m-shaped draft (`bench/results/gpu-*/calibration-synthetic-*.json`).")
 else:
     labels = [f"{c.target} + {c.draft} ({c.device}, {c.dtype}, {c.created or 'undated'})" for _, c in synthetic]
     pick = st.selectbox("synthetic calibration", labels, key="sp_synth")

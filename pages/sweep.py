@@ -118,10 +118,12 @@ def show() -> None:
     kk = sorted({c["draft_length"] for c in cells})
     cell = {(c["batch_size"], c["draft_length"]): c for c in cells}
     left, right = st.columns(2)
+    grids = {field: [[(cell.get((b, k)) or {}).get(field) for k in kk] for b in bs]
+             for field in ("measured_speedup", "predicted_speedup")}
+    zrange = modelcharts.speedup_range(*grids.values())  # one colour scale: the two maps compare cell by cell
     for col, field, title, key in ((left, "measured_speedup", "Measured speedup by (b, k)", "sweep_measured"),
                                    (right, "predicted_speedup", "Predicted speedup by (b, k)", "sweep_predicted")):
-        z = [[(cell.get((b, k)) or {}).get(field) for k in kk] for b in bs]
-        col.plotly_chart(modelcharts.bk_heatmap(bs, kk, z, title=title), key=key)
+        col.plotly_chart(modelcharts.bk_heatmap(bs, kk, grids[field], title=title, zrange=zrange), key=key)
     result = job.result if job is not None and job.status == "done" else None
     if result:
         summary = result["summary"]

@@ -243,3 +243,32 @@ def test_draft_text_for_an_ngram_and_for_the_targets_own_weights():
     same = tokentext.draft_text({"draft_name": "x", "draft_layers": 30, "draft_params": 135e6,
                                  "target_params": 135e6}, 0.5)
     assert "the target's own weights (30 layers, 135M parameters)" in same
+
+
+def test_draft_text_reads_as_a_sentence_before_the_cost_ratio_is_measured():
+    for cfg in ({"draft": "default"}, {"draft_name": "ngram"}, {"draft_name": "x", "draft_layers": 2, "draft_params": 2e6}):
+        text = tokentext.draft_text(cfg, None)
+        assert text.endswith(".") and "; ." not in text and ";." not in text
+
+
+def test_side_by_side_heatmaps_share_one_colour_scale_centred_on_regular_speed():
+    measured, predicted = [[0.5, 2.8]], [[0.9, 1.3]]
+    lo, hi = modelcharts.speedup_range(measured, predicted)
+    assert (lo, hi) == pytest.approx((-0.8, 2.8))  # symmetric about 1.0, wide enough for 2.8
+    a = modelcharts.bk_heatmap([1], [2, 4], measured, zrange=(lo, hi)).data[0]
+    b = modelcharts.bk_heatmap([1], [2, 4], predicted, zrange=(lo, hi)).data[0]
+    assert (a.zmin, a.zmax) == (b.zmin, b.zmax) == (lo, hi)  # the same speedup is the same colour in both
+
+
+def test_a_measured_slowdown_is_not_a_best_draft_length():
+    best = modelcharts.best_measured([{"b": 2, "k": 2, "speedup": 0.84}, {"b": 1, "k": 2, "speedup": 1.2},
+                                      {"b": 1, "k": 4, "speedup": 1.1}])
+    assert best == [{"b": 1, "k": 2, "speedup": 1.2}, {"b": 2, "k": 0, "speedup": 1.0}]
+
+
+def test_batch_sizes_with_the_same_predicted_curve_share_one_line_and_legend_entry():
+    fig = modelcharts.speedup_vs_k({1: [1.0, 1.5], 2: [1.0, 1.5], 4: [1.0, 1.5], 32: [1.0, 1.1]},
+                                   [{"b": 2, "k": 1, "speedup": 0.84}])
+    names = [t.name for t in fig.data]
+    assert names == ["b=1, 2, 4 (model)", "b=32 (model)", "measured"]
+    assert list(fig.data[-1].text) == ["b=2"]  # the measured point says which batch size it is

@@ -14,14 +14,21 @@ MEASURED = {"size": 13, "symbol": "x", "color": "black"}
 
 
 def speedup_vs_k(curves: dict[int, Sequence[float]], measured: Sequence[dict] = ()) -> go.Figure:
-    """Predicted speedup vs k, one line per batch size; measured points ({"b", "k", "speedup"}) overlaid."""
+    """Predicted speedup vs k, one line per batch size (batch sizes whose curves coincide share one line
+    and one legend entry, so none hides under another); measured points ({"b", "k", "speedup"}) overlaid,
+    each labelled with its b."""
     fig = go.Figure()
     kmax = 0
+    lines: dict[tuple, list[int]] = {}
     for b, ys in curves.items():
+        lines.setdefault(tuple(round(y, 4) for y in ys), []).append(b)
+    for ys, bs in lines.items():
         kmax = max(kmax, len(ys) - 1)
-        fig.add_trace(go.Scatter(x=list(range(len(ys))), y=list(ys), mode="lines", name=f"b={b} (model)"))
+        fig.add_trace(go.Scatter(x=list(range(len(ys))), y=list(ys), mode="lines",
+                                 name=f"b={', '.join(map(str, bs))} (model)"))
     if measured:
-        fig.add_trace(go.Scatter(x=[m["k"] for m in measured], y=[m["speedup"] for m in measured], mode="markers",
+        fig.add_trace(go.Scatter(x=[m["k"] for m in measured], y=[m["speedup"] for m in measured],
+                                 mode="markers+text", textposition="top center",
                                  name="measured", marker=MEASURED, text=[f"b={m['b']}" for m in measured],
                                  hovertemplate="%{text}, k=%{x}: %{y:.2f}x<extra>measured</extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
@@ -30,12 +37,24 @@ def speedup_vs_k(curves: dict[int, Sequence[float]], measured: Sequence[dict] = 
                  yaxis_title="speedup (× regular tokens/s)")
 
 
+def best_measured(measured: Sequence[dict]) -> list[dict]:
+    """The fastest measured k per batch size, from points {"b", "k", "speedup"}. Regular decoding was
+    measured beside each of them, so k = 0 at 1.0x is a candidate: a slowdown is never a best k."""
+    best = {m["b"]: {"b": m["b"], "k": 0, "speedup": 1.0} for m in measured}
+    for m in measured:
+        if m["speedup"] > best[m["b"]]["speedup"]:
+            best[m["b"]] = m
+    return [best[b] for b in sorted(best)]
+
+
 def optimal_k_curve(batch_sizes: Sequence[int], ks: Sequence[int], measured: Sequence[dict] = ()) -> go.Figure:
     fig = go.Figure(go.Scatter(x=list(batch_sizes), y=list(ks), mode="lines+markers", name="model k*(b)",
                                line_shape="hv"))
     if measured:
         fig.add_trace(go.Scatter(x=[m["b"] for m in measured], y=[m["k"] for m in measured], mode="markers",
-                                 name="measured best", marker=MEASURED))
+                                 name="measured best (k = 0: regular was fastest)", marker=MEASURED,
+                                 text=[f"{m['speedup']:.2f}x" for m in measured],
+                                 hovertemplate="b=%{x}: best measured k=%{y} (%{text})<extra></extra>"))
     top_b = max(list(batch_sizes) + [m["b"] for m in measured] + [1])
     ticks = [t for t in BATCH_TICKS if t <= top_b]
     top_k = max(list(ks) + [m["k"] for m in measured] + [1])
@@ -59,12 +78,24 @@ def optimal_k_compare(batch_sizes: Sequence[int], series: dict[str, Sequence[int
                  legend={"orientation": "h", "y": -0.3})
 
 
+def speedup_range(*grids: Sequence[Sequence[float | None]]) -> tuple[float, float]:
+    """One colour range for heatmaps drawn side by side: symmetric about 1 (white = regular's speed),
+    wide enough for every value in every grid."""
+    values = [v for z in grids for row in z for v in row if v is not None]
+    d = max([abs(v - 1.0) for v in values] + [0.05])
+    return 1.0 - d, 1.0 + d
+
+
 def bk_heatmap(batch_sizes: Sequence[int], ks: Sequence[int], z: Sequence[Sequence[float | None]],
-               title: str = "Speedup by batch size and draft length") -> go.Figure:
-    """z[i][j] = speedup at batch_sizes[i], ks[j] (None = not measured)."""
-    text = [[f"{v:.2f}x" if v is not None else "" for v in row] for row in z]
+               title: str = "Speedup by batch size and draft length",
+               zrange: tuple[float, float] | None = None) -> go.Figure:
+    """z[i][j] = speedup at batch_sizes[i], ks[j] (None = not measured); ``zrange`` (speedup_range)
+    gives heatmaps shown together one colour scale."""
+    lo, hi = zrange or speedup_range(z)
+    wide = len(ks) > 8  # many columns: shorter labels, so they stay readable
+    text = [[(f"{v:.1f}" if wide else f"{v:.2f}x") if v is not None else "" for v in row] for row in z]
     fig = go.Figure(go.Heatmap(z=z, x=[str(k) for k in ks], y=[str(b) for b in batch_sizes], text=text,
-                               texttemplate="%{text}", colorscale="RdBu", zmid=1.0,
+                               texttemplate="%{text}", textfont={"size": 11}, colorscale="RdBu", zmin=lo, zmax=hi,
                                colorbar={"title": "speedup<br>(× regular)"},
                                hovertemplate="b=%{y}, k=%{x}: %{z:.2f}x<extra></extra>"))
     return style(fig, title, 360, xaxis={"title": "draft length k", "type": "category"},

@@ -113,10 +113,10 @@ def draft_text(cfg: dict, c: float | None) -> str:
     """"What is this draft", from a trace's config: layers and parameters against the target's
     (its own apart from the target embedding it reuses) and the measured cost ratio c."""
     name = cfg.get("draft_name") or cfg.get("draft")
-    cost = f"measured cost ratio c = {c:.3f} (one draft token costs {100 * c:.1f}% of a target verify step)" if c else ""
+    end = f"; measured cost ratio c = {c:.3f} (one draft token costs {100 * c:.1f}% of a target verify step)." if c else "."
     if cfg.get("draft_params") and cfg.get("draft_params") == cfg.get("target_params"):
         return (f"**What is this draft:** the target's own weights ({cfg['draft_layers']} layers, "
-                f"{cfg['draft_params'] / 1e6:.0f}M parameters) run in a cheaper dtype; {cost}.")
+                f"{cfg['draft_params'] / 1e6:.0f}M parameters) run in a cheaper dtype{end}")
     if cfg.get("draft_params"):
         tgt = (f" against the target's {cfg['target_layers']} layers and {cfg['target_params'] / 1e6:.0f}M"
                if cfg.get("target_params") else "")
@@ -124,11 +124,11 @@ def draft_text(cfg: dict, c: float | None) -> str:
         reuse = (f" of its own, plus {(cfg['draft_params'] - own) / 1e6:.0f}M it reuses from the target (the "
                  "embedding)" if own < cfg["draft_params"] else "")
         return (f"**What is this draft:** {name}: {cfg.get('draft_layers')} layers, "
-                f"{own / 1e6:.0f}M parameters{reuse}{tgt}; it shares the target's tokenizer; {cost}.")
+                f"{own / 1e6:.0f}M parameters{reuse}{tgt}; it shares the target's tokenizer{end}")
     if name and str(name).startswith("ngram"):
         return ("**What is this draft:** prompt lookup (n-grams): no model, it proposes the tokens that followed "
-                f"the row's last few tokens earlier in its own context, so it costs almost nothing; {cost}.")
-    return f"**What is this draft:** {name}; {cost}." if name else ""
+                f"the row's last few tokens earlier in its own context, so it costs almost nothing{end}")
+    return f"**What is this draft:** {name}{end}" if name else ""
 
 
 def exactness_text(ex: dict, dtype: str = "") -> str:
