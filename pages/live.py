@@ -129,6 +129,14 @@ if running:
 
 # ---- drawing ---------------------------------------------------------------------------------------
 
+def glossary() -> None:
+    """The vocabulary before any chart uses it: the token roles (the text's colours) open, the rest one click away."""
+    st.markdown("**What the words mean** (the charts and the coloured text below use them)")
+    st.markdown(tokentext.legend_html(), unsafe_allow_html=True)
+    with st.expander("More terms: step, row-step, slot, wasted slot, mean acceptance length, phases"):
+        st.markdown(tokentext.terms_markdown())
+
+
 def headline(trace: dict, regular: dict | None) -> None:
     s = trace.get("summary", {})
     cfg = trace.get("config", {})
@@ -201,11 +209,12 @@ def draw(trace: dict, decode, live: bool, regular: dict | None = None, with_char
     st.caption(f"b={cfg.get('batch_size')}, k={cfg.get('draft_length')}, controller={cfg.get('controller')}, "
                f"mode={cfg.get('mode')}, target={cfg.get('target_name') or cfg.get('target')}, "
                f"draft={cfg.get('draft_name') or cfg.get('draft')}, {len(trace.get('steps', []))} steps")
+    glossary()
     headline(trace, regular)
     if with_charts:
         draw_charts(trace, decode, live)
     st.subheader("Generated text")
-    st.markdown(tokentext.legend_html(), unsafe_allow_html=True)
+    st.caption("Colours as in *What the words mean* at the top: accepted, recovered, bonus.")
     rows = tokentext.token_html(trace, decode, max_rows=16)
     st.markdown("".join(f"<p><b>row {i}</b> {h}</p>" for i, h in rows), unsafe_allow_html=True)
     if len(trace.get("sequences", [])) > 16:

@@ -451,6 +451,9 @@ def test_alpha_is_defined_once_and_shown_the_same_on_live_and_speedup():
     assert any(tokentext.ALPHA_DEFINITION in m.value for m in at.markdown)
     legend = next(m.value for m in at.markdown if "■ accepted" in m.value)
     assert all(sentence in legend for sentence in tokentext.DEFINITIONS.values())
+    # the chart terms (wasted slot, row-step, the phases...) are defined on the page too
+    terms = next(m.value for m in at.markdown if "**wasted slot**" in m.value)
+    assert all(f"**{term}**: {text}" in terms for term, text in tokentext.TERMS.items())
     at.switch_page("pages/speedup.py").run()
     assert at.slider(key="sp_alpha").value == pytest.approx(round(alpha, 3))
     assert any(tokentext.ALPHA_DEFINITION in m.value for m in at.markdown)

@@ -21,6 +21,19 @@ DEFINITIONS = {
     "output": "what a step adds to a row: its accepted tokens plus one recovered or bonus token, so always at "
               "least 1 and at most k + 1.",
 }
+# The page's other terms, used by its charts before the generated text: the Live page's glossary.
+TERMS = {
+    "step": "one round for the whole batch: every active row drafts up to k tokens, then one target forward "
+            "verifies all rows' drafts at once.",
+    "row-step": "one row in one step; per-row numbers (acceptance, output tokens) are counted per row-step.",
+    "slot": "one token position the target verifies for a row in a step: k drafted tokens plus one, so k + 1.",
+    "wasted slot": "a verified slot that produced no output: a drafted token the target rejected, or one after "
+                   "a rejection. A step wastes k − accepted slots per row.",
+    "mean acceptance length": "output tokens per row-step (accepted + the one recovered or bonus token); "
+                              "regular decoding's is 1.",
+    "phases": "draft (the draft proposes), verify (the target's forward over every slot), accept (the acceptance "
+              "rule), bookkeeping (caches rolled back, outputs recorded); other = wall time between steps.",
+}
 ALPHA = "α"
 ALPHA_DEFINITION = (f"**{ALPHA} (per-position acceptance)** = accepted draft tokens / draft positions the target "
                     "checked: the chance a drafted token is accepted given every token before it in the step was. "
@@ -54,6 +67,11 @@ def legend_html() -> str:
     items = "".join(f'<li><span style="color:{KIND_COLORS[k]};font-weight:bold">■ {k}</span>: {DEFINITIONS[k]}</li>'
                     for k in KIND_COLORS)
     return (f'<ul style="margin-bottom:0.3em">{items}<li><b>output</b>: {DEFINITIONS["output"]}</li></ul>')
+
+
+def terms_markdown() -> str:
+    """The page's other terms as a Markdown list, one definition each."""
+    return "\n".join(f"- **{term}**: {text}" for term, text in TERMS.items())
 
 
 def token_html(trace: dict, decode: Decode | None = None, max_rows: int | None = None) -> list[tuple[int, str]]:
@@ -139,6 +157,15 @@ def exactness_text(ex: dict, dtype: str = "") -> str:
         where = "; ".join(f"row {d['row']} from token {d['position']}"
                           + (f" (regular top-1 − top-2 logit margin {d['margin']:.3g})" if d["margin"] is not None else "")
                           for d in ex["diverged"])
-        line += (f" Diverged: {where}. A tiny margin is a near-tie that a (k+1)-token verify rounds differently in "
-                 f"{dtype or 'this dtype'}, not a bookkeeping bug; the Correctness page checks exactness in fp32.")
+        if dtype in ("bfloat16", "float16"):
+            why = (f" Speculative decoding is exact in exact arithmetic. In {dtype} a verify over k + 1 tokens and a "
+                   "one-token step add the same numbers in another order, and "
+                   + ("bfloat16 keeps about 3 significant digits (a logit near 20 is stored in steps of 0.125), "
+                      if dtype == "bfloat16" else "float16 keeps about 3 significant digits, ")
+                   + "so a lead of a step or two can flip. Choose float32 in the sidebar, or use the Correctness "
+                     "page, to see every row identical.")
+        else:
+            why = (f" A tiny margin is a near-tie that a (k+1)-token verify rounds differently in {dtype or 'this dtype'}"
+                   ", not a bookkeeping bug; the Correctness page checks exactness in float32.")
+        line += f" Diverged: {where}.{why}"
     return line
