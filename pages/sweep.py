@@ -11,7 +11,7 @@ import streamlit as st
 
 from specviz.app import jobs, modelcharts, state as appstate, tokentext
 from specviz.common import SpecvizError
-from specviz.measure.sweep import sweep_config
+from specviz.measure.sweep import drift_warning, sweep_config
 from specviz.prompts import sets as promptsets
 from specviz.run import RunConfig
 
@@ -113,6 +113,9 @@ def show() -> None:
             st.info("no sweep yet: choose the grid and press Run sweep")
         return
     st.code("\n".join(cell_line(c) for c in cells), language=None)
+    for c in cells:
+        if drift_warning(c):
+            st.warning(f"b = {c['batch_size']}, k = {c['draft_length']}: {drift_warning(c)}.")
     st.dataframe(pd.DataFrame(cells)[list(COLUMNS)].rename(columns=COLUMNS), hide_index=True)
     bs = sorted({c["batch_size"] for c in cells})
     kk = sorted({c["draft_length"] for c in cells})

@@ -233,7 +233,7 @@ def cmd_calibrate(a) -> int:
 def cmd_sweep(a) -> int:
     from specviz.interrupts import Interrupted, Stop
     from specviz.measure import resume
-    from specviz.measure.sweep import sweep_config, write_sweep
+    from specviz.measure.sweep import drift_warning, sweep_config, write_sweep
 
     cfg = _config(a)
     cfg.validate()
@@ -251,6 +251,8 @@ def cmd_sweep(a) -> int:
         bar.update(1)
         print(f"B={c['batch_size']:<3} k={c['draft_length']:<2} alpha {c['alpha']:.3f}  measured {c['measured_speedup']:.2f}x"
               f"  predicted {c['predicted_speedup']:.2f}x (i.i.d. rows {c['predicted_speedup_iid']:.2f}x)", flush=True)
+        if drift_warning(c):
+            print(f"  warning: B={c['batch_size']} k={c['draft_length']}: {drift_warning(c)}", flush=True)
 
     try:
         with stop:

@@ -88,3 +88,13 @@ def test_live_headline_prediction_is_the_ragged_one_with_costs():
     got = predicted_speedup(trace, costs)
     assert got == pytest.approx(predicted_ragged([trace], 2, costs))
     assert got != pytest.approx(speedup_batch(2, 2, 0.5, costs.target, costs.draft, costs.overhead))
+
+
+def test_a_cell_faster_than_its_tokens_per_step_allow_is_flagged_as_machine_drift():
+    from specviz.measure.sweep import drift_warning
+
+    # the audit's cell: alpha 0.384 at k = 4 gives ~1.6 tokens per row-step, so 2.76x was the machine
+    assert "machine's speed changed" in drift_warning({"draft_length": 4, "mean_acceptance_length": 1.6,
+                                                       "measured_speedup": 2.76})
+    assert drift_warning({"draft_length": 4, "mean_acceptance_length": 1.6, "measured_speedup": 1.4}) is None
+    assert drift_warning({"draft_length": 1, "mean_acceptance_length": 1.9, "measured_speedup": 2.2})  # past k + 1
