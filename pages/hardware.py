@@ -8,7 +8,9 @@ import torch
 from specviz import telemetry
 from specviz.analysis.hardware import verify_use
 from specviz.app import charts, jobs, state as appstate
+from specviz.analysis.costs import trace_calibration
 from specviz.common import SpecvizError
+from specviz.measure.calibrate import calibration_load_warning
 from specviz.models.loading import resolve_device, resolve_dtype
 from specviz.run import hardware_info
 
@@ -109,6 +111,10 @@ else:
         ("target knee: tokens per forward where compute-bound starts", f"{costs.target.knee_tokens:.0f}"),
         ("draft forward, 1 token per row (ms)", f"{costs.draft(b_run, 1) * 1e3:.2f}"),
         ("engine overhead per speculative step (ms)", f"{costs.overhead * 1e3:.2f}"))], hide_index=True)
+    cal = trace_calibration(trace)
+    if cal is not None and calibration_load_warning(cal):
+        st.warning(f"This calibration ({cal.created or 'undated'}): {calibration_load_warning(cal)} "
+                   "(`python -m specviz calibrate`, or the Sweep's next run after deleting it).")
 
 # ---- kernels -------------------------------------------------------------------------------------
 st.subheader("Kernels")

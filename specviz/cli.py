@@ -143,6 +143,7 @@ def _print_rounds(rounds: list[dict[str, float]]) -> None:
 def cmd_bench(a) -> int:
     from specviz.interrupts import Interrupted, Stop
     from specviz.measure.bench import bench
+    from specviz.measure.hostload import OtherLoad
 
     cfg = _config(a)
     cfg.validate()
@@ -151,8 +152,9 @@ def cmd_bench(a) -> int:
     passes = len(cfg.every_prompt()) * cfg.batch_size * cfg.max_new_tokens
     bar = _progress(a.repeats * 2 * passes, "bench")
     rounds, stop = [], Stop(at_once=True)  # a part-round time is not comparable: Ctrl-C drops it, keeps the rest
+    load = OtherLoad("the benchmark")
     try:
-        with stop:
+        with stop, load:
             r = bench(cfg, a.repeats, peer=not a.no_peer, peer_draft=a.peer_draft,
                       on_step=lambda dec, rec: bar.update(sum(len(x["emitted"]) for x in rec["rows"])),
                       on_round=lambda i, tok_s: rounds.append(tok_s))
@@ -185,6 +187,8 @@ def cmd_bench(a) -> int:
           f"overhead fraction {_fmt(s['overhead_frac'])}; per step: draft {1e3 * s['draft_s'] / s['steps']:.1f} ms, "
           f"verify {1e3 * s['verify_s'] / s['steps']:.1f} ms, accept {1e3 * s['accept_s'] / s['steps']:.1f} ms, "
           f"bookkeeping {1e3 * s['bookkeeping_s'] / s['steps']:.1f} ms")
+    if load.warning():  # the ratios are interleaved, so they suffer less than the tokens/s
+        print(f"warning: {load.warning()}", file=sys.stderr)
     if r.identical is not None:
         same = r.identical
         print(f"greedy outputs identical to regular decoding: {sum(same)}/{len(same)} rows"

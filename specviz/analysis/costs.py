@@ -30,6 +30,8 @@ class Calibration:
     residuals: dict  # model -> relative residuals of the fit
     samples: dict  # model -> [(b, n, seconds)]
     created: str = ""  # when it was measured (UTC, ISO 8601): a stale calibration misleads every prediction
+    other_load: float | None = None  # cores other processes kept busy meanwhile (specviz.measure.hostload)
+    cpus: int | None = None  # the machine's cores, for that number's scale
 
     def overhead_at(self, b: int) -> float:
         keys = sorted(int(x) for x in self.overhead)

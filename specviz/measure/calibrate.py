@@ -21,6 +21,7 @@ import torch
 
 from specviz.analysis.analytic import CostModel, fit_cost_model
 from specviz.analysis.costs import Calibration, calibration_path, load_calibration  # noqa: F401
+from specviz.measure.hostload import OtherLoad, load_warning
 from specviz.common import SpecvizError, write_atomic
 from specviz.engine.decoder import _sync
 from specviz.engine.proposers import ModelDraft, NgramDraft
@@ -108,6 +109,7 @@ def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, pr
     grid = {"target": [(b, n) for b in batch_sizes for n in tokens], "overhead": list(batch_sizes),
             "draft": [(b, n) for b in batch_sizes for n in (1, 2)] if draft_model is not None else []}
     points = Points(target, draft_name, grid, prefix_len, repeats, note)
+    load = OtherLoad("the calibration").__enter__()
     try:
         t_samples = measure_grid(target, batch_sizes, tokens, prefix_len, repeats, progress, points, "target")
         target_cost, _ = fit_cost_model(t_samples)
@@ -120,13 +122,14 @@ def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, pr
     except KeyboardInterrupt as e:  # specviz.interrupts.Interrupted too: the caller says what was kept
         e.kept = points.kept_line()
         raise
+    load.__exit__(None, None, None)
     cal = Calibration(
         target=target.name, draft=draft_name, device=str(target.device),
         dtype=str(target.dtype).removeprefix("torch."), target_cost=target_cost, draft_cost=draft_cost,
         overhead=overhead, residuals={"target": _relative(t_samples, target_cost),
                                       "draft": _relative(d_samples, draft_cost) if d_samples else []},
         samples={"target": t_samples, "draft": d_samples},
-        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), other_load=load.cores, cpus=load.cpus)
     p = calibration_path(target.name, cal.draft, target.device, target.dtype)
     p.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(p, json.dumps(cal.to_json(), indent=1))  # a Ctrl-C here never leaves half a calibration
@@ -145,7 +148,13 @@ def summary_lines(cal: Calibration, path) -> list[str]:
             lines.append(f"{name} fit residuals: median |rel| {statistics.median(abs(r) for r in res):.3f}, "
                          f"max {max(abs(r) for r in res):.3f}")
     lines.append("engine overhead per step: " + ", ".join(f"B={b}: {v*1e3:.2f} ms" for b, v in cal.overhead.items()))
-    return lines + [f"written to {path}"]
+    warning = calibration_load_warning(cal)
+    return lines + ([f"warning: {warning}"] if warning else []) + [f"written to {path}"]
+
+
+def calibration_load_warning(cal: Calibration) -> str | None:
+    """A calibration measured beside other busy processes (older records have no number: None)."""
+    return load_warning(cal.other_load, cal.cpus or 1, "the calibration")
 
 
 def calibration_steps(proposer, batch_sizes, k_max: int) -> int:

@@ -29,7 +29,7 @@ from specviz.analysis.analytic import optimal_k, speedup_batch
 from specviz.analysis.tracestats import alpha_from_accepted, mean_accepted_per_row_step, predicted_ragged
 from specviz.common import SpecvizError, write_atomic
 from specviz.measure.bench import engine_arm, interleaved, warm_up
-from specviz.measure.calibrate import calibrate, load_calibration
+from specviz.measure.calibrate import calibrate, calibration_load_warning, load_calibration
 from specviz.run import RunConfig, load_pair
 
 
@@ -112,7 +112,8 @@ def sweep_config(cfg: RunConfig, batch_sizes, draft_lengths, repeats: int = 1, r
     if cal is None:
         note("calibrating the cost model first (cached for next time)...")
         cal = calibrate(target, proposer, sorted(set(batch_sizes)), max(draft_lengths))
-        note("calibrated (cached for next time); measuring the grid")
+        warning = calibration_load_warning(cal)
+        note("calibrated (cached for next time); measuring the grid" + (f". Warning: {warning}" if warning else ""))
     else:
         note(f"using the cached calibration from {cal.created or 'an unknown date'} (--recalibrate to measure again)")
     rows = sweep(cfg, batch_sizes, draft_lengths, target, proposer, cal, repeats, on_cell, should_stop, done)
