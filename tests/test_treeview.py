@@ -60,6 +60,14 @@ def test_the_tree_figure_draws_every_node_once_with_its_role_and_token_on_hover(
     assert "1 accepted, then a recovered token" in fig.layout.title.text
 
 
+def test_an_ngram_tree_without_draft_probabilities_draws_with_plain_hover():
+    row = hand_row([0], [10, 12])
+    del row["tree"]["prob"]  # an n-gram tree has no draft probabilities
+    fig = treeview.tree_figure(hand_trace([[row]]), 0, 0, decode=lambda ids: f"<t{ids[0]}>")
+    marks = {tr.name: tr for tr in fig.data if tr.mode == "markers+text"}
+    assert "accepted, depth 1" in marks["accepted"].hovertext[0] and "draft p" not in marks["accepted"].hovertext[0]
+
+
 def test_the_heatmap_shows_accepted_over_tried_per_depth_and_rank():
     trace = hand_trace([[hand_row([2, 4], [20, 22, 7])], [hand_row([0, 1], [10, 11, 5])]])
     fig = treeview.depth_rank_heatmap(trace)

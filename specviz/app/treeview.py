@@ -136,8 +136,10 @@ def tree_figure(trace: dict, row: int, step_pos: int, decode: Decode | None = No
         if not idx:
             continue
         labels = [_text([tokens[i]], decode) for i in idx]
+        ranks = t["rank"]
         hover = [f"<b>{html.escape(repr(lbl))}</b> (id {tokens[i]})<br>{role}, depth {depth[i]}"
-                 + (f", sibling rank {t['rank'][i]}, draft p {probs[i]:.3f}" if i < len(t["token"]) else "")
+                 + (f", sibling rank {ranks[i]}" if i < len(ranks) else "")
+                 + (f", draft p {probs[i]:.3f}" if probs[i] is not None else "")  # an n-gram tree has none
                  for i, lbl in zip(idx, labels)]
         fig.add_trace(go.Scatter(
             x=[depth[i] for i in idx], y=[y[i] for i in idx], mode="markers+text", name=role,
