@@ -49,14 +49,19 @@ def _run_with_progress(cfg, target, proposer, desc: str, telemetry: bool = True,
     from specviz.run import run
 
     bar = _progress(cfg.num_requests * cfg.max_new_tokens, desc)
+    seen = {}
 
     def on_step(dec, rec):
+        seen["dec"] = dec
         bar.update(sum(len(r["emitted"]) for r in rec["rows"]))
         if stop is not None and stop.signal:  # Ctrl-C / SIGTERM: end after this step, rows left are "stopped"
             dec.stop()
 
     try:
         return run(cfg, target, proposer, on_step=on_step, telemetry=telemetry)
+    except KeyboardInterrupt as e:  # a second signal: the finished steps' trace leaves with it
+        e.trace = getattr(seen.get("dec"), "trace", None)
+        raise
     finally:
         bar.close()
 
@@ -108,7 +113,7 @@ def _save_trace(trace: dict, path: str) -> str:
 def cmd_run(a) -> int:
     from specviz.run import load_pair
 
-    from specviz.interrupts import Stop
+    from specviz.interrupts import Interrupted, Stop
 
     cfg = _config(a)
     cfg.validate()
@@ -117,11 +122,14 @@ def cmd_run(a) -> int:
         if stop.signal:
             print(f"specviz: interrupted ({stop.signal}) before generation began: nothing written", file=sys.stderr)
             return stop.exit_code
-        trace = _run_with_progress(cfg, target, proposer, f"{cfg.mode} B={cfg.batch_size}", stop=stop)
+        try:
+            trace = _run_with_progress(cfg, target, proposer, f"{cfg.mode} B={cfg.batch_size}", stop=stop)
+        except Interrupted as e:  # a second Ctrl-C: out at once, but the finished steps are still kept
+            return _interrupted_twice(getattr(e, "trace", None), a.out, stop)
         print_summary(trace)
         for i, s in enumerate(trace["sequences"][: a.show]):
             print(f"\n[{s['index']}] ({s['finish_reason']}) {s['text']!r}")
-        saved = _save_trace(trace, a.out) if a.out else None
+        saved = _save_held(trace, a.out) if a.out else None
     if stop.signal:
         where = f"the trace so far is in {saved}" if a.out else "no --out was given, so nothing was written"
         print(f"specviz: interrupted ({stop.signal}) after {trace['summary']['steps']} steps, unfinished rows marked "
@@ -130,6 +138,33 @@ def cmd_run(a) -> int:
     if a.out:
         print(f"\ntrace written to {saved}", file=sys.stderr)
     return 0
+
+
+def _save_held(trace: dict, out: str) -> str:
+    """_save_trace with Ctrl-C and SIGTERM held off for the few milliseconds it takes, so a signal
+    that comes while the trace is written cannot lose it."""
+    import signal
+
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _save_trace(trace, out)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _interrupted_twice(trace: dict | None, out: str | None, stop) -> int:
+    """``run`` stopped by a second signal in the middle of a step: write the finished steps' trace
+    and say where."""
+    steps = len(trace["steps"]) if trace else 0
+    if trace is None or not steps:
+        where = "no step had finished: nothing written"
+    elif not out:
+        where = f"{steps} steps had finished, but no --out was given, so nothing was written"
+    else:
+        where = f"the trace of the {steps} finished steps is in {_save_held(trace, out)}"
+    print(f"\nspecviz: interrupted twice ({stop.signal}), in the middle of a step: {where}", file=sys.stderr)
+    return stop.exit_code
 
 
 def _print_rounds(rounds: list[dict[str, float]]) -> None:
@@ -341,6 +376,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C while torch and transformers still import: nothing had started
+        print("\nspecviz: interrupted while starting: nothing was done", file=sys.stderr)
+        return 130
+
+
+def _main(argv=None) -> int:
     import torch
     import transformers
 

@@ -336,10 +336,13 @@ def run(cfg: RunConfig, target=None, proposer=None, on_step: Callable | None = N
     cfg.validate()
     if target is None:
         target, proposer = load_pair(cfg)
-    dec = None
-    for dec, rec in iter_run(cfg, target, proposer, telemetry, accept_fn):
-        if rec is not None and on_step is not None:
-            on_step(dec, rec)
+    dec, steps = None, iter_run(cfg, target, proposer, telemetry, accept_fn)
+    try:
+        for dec, rec in steps:
+            if rec is not None and on_step is not None:
+                on_step(dec, rec)
+    finally:  # interrupted (a second Ctrl-C): iter_run's own finally builds dec.trace of the finished steps now
+        steps.close()
     return dec.trace
 
 

@@ -64,6 +64,26 @@ def test_ctrl_c_mid_run_writes_the_trace_so_far_with_stopped_rows(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left no temp file
 
 
+def test_ctrl_c_twice_still_keeps_the_finished_steps(tmp_path):
+    out = tmp_path / "trace.json"
+    proc = _start_run(out)
+    try:
+        before = _wait_for_tokens(proc, 8)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.02)  # the second comes while the first is still ending its step
+        proc.send_signal(signal.SIGINT)
+        rest_out, rest_err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    err = (before + rest_err).decode(errors="replace")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("specviz: interrupted") and str(out) in last, last
+    trace = load_json(out)
+    assert trace["summary"]["steps"] >= 1 and trace["summary"]["tokens"] >= 8
+
+
 def test_save_json_replaces_the_file_whole_or_not_at_all(tmp_path, monkeypatch):
     path = tmp_path / "t.json"
     save_json({"version": 1, "a": 1}, path)
