@@ -19,7 +19,7 @@ from specviz.models.distilled import get_distilled_draft, is_distilled_draft
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.decoder import SpecDecoder
 from specviz.common import SpecvizError
-from specviz.models.loading import (check_tokenizers_agree, encode_prompts, get_model, placement, resolve_device,
+from specviz.models.loading import (check_tokenizers_agree, check_vocab_fits, encode_prompts, get_model, placement, resolve_device,
                                     resolve_dtype)
 from specviz.engine.sampling import SamplingParams
 from specviz.analysis.trace import build_trace, sequence_record
@@ -201,6 +201,7 @@ def make_proposer(draft: str, target, stop_below: float = 0.0):
     else:
         loaded = get_model(spec, str(target.device), str(target.dtype).removeprefix("torch."))
     check_tokenizers_agree(target.tokenizer, loaded.tokenizer)
+    check_vocab_fits(target, loaded)
     if getattr(loaded, "kind", "token") == "feature":
         return FeatureDraft(loaded, vocab_size=target.model.config.vocab_size, stop_below=stop_below)
     return ModelDraft(loaded, vocab_size=target.model.config.vocab_size, stop_below=stop_below)

@@ -142,6 +142,14 @@ def _source(spec: str) -> tuple[str, dict]:
     if p.exists():
         if not p.is_dir() or not (p / "config.json").is_file():
             raise SpecvizError(f"{spec} is not a model: expected a directory in Hugging Face layout (config.json) or a .gguf file")
+        if (p / "specviz_draft.json").is_file():
+            raise SpecvizError(f"{spec} is a distilled draft (specviz_draft.json): it runs beside its target, as "
+                               "--draft, not as a model of its own")
+        if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
+            raise SpecvizError(f"{spec} has no weights: no *.safetensors or *.bin file beside its config.json")
+        if not any((p / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")):
+            raise SpecvizError(f"{spec} has no tokenizer: no tokenizer.json (or tokenizer.model, vocab.json) beside "
+                               "its config.json")
         return str(p), {}
     name, _, revision = spec.partition("@")
     if name.count("/") != 1 or name.startswith(("/", ".")):
@@ -262,11 +270,12 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", device_map:
         if offline:
             raise SpecvizError(f"could not load model {spec!r}: it is not in the local Hugging Face cache, and the hub "
                                f"({offline}) cannot be reached from this machine") from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SpecvizError(f"could not load model {spec!r}: {first}") from None
+        raise SpecvizError(f"could not load model {spec!r}: {_said(e)}") from None
     except (ValueError, KeyError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SpecvizError(f"{spec!r} could not be loaded as a causal language model: {first}") from None
+        raise SpecvizError(f"{spec!r} could not be loaded as a causal language model: {_said(e)}") from None
+    except Exception as e:  # noqa: BLE001 - e.g. safetensors' SafetensorError on a damaged weights file
+        raise SpecvizError(f"could not load model {spec!r}: its files could not be read ({type(e).__name__}: "
+                           f"{_said(e)})") from None
     placed = None
     if device_map == "auto":  # transformers sets no map when everything landed on one device (a CPU-only host)
         placed = dict(getattr(model, "hf_device_map", None) or {"": str(next(model.parameters()).device)})
@@ -277,6 +286,22 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", device_map:
     model.eval()
     return LoadedModel(spec=spec, name=src if spec != "default" else DEFAULT_NAME,
                        model=model, tokenizer=tok, device=dev, dtype=dt, device_map=placed)
+
+
+def _said(e: Exception, limit: int = 300) -> str:
+    """An exception's message on one line (transformers' span several, the first often ends in a colon)."""
+    text = " ".join(str(e).split())
+    return (text[:limit] + "…" if len(text) > limit else text) or type(e).__name__
+
+
+def check_vocab_fits(target, draft) -> None:
+    """Refuse a draft whose output layer cannot score every token id the target's tokenizer makes
+    (same tokenizer files, a smaller vocab_size in its config: its embedding would be indexed past its end)."""
+    need = len(target.tokenizer)
+    have = getattr(getattr(draft.model, "config", None), "vocab_size", None)
+    if have is not None and have < need:
+        raise SpecvizError(f"the draft's vocabulary is smaller than the target's tokenizer: its config has vocab_size "
+                           f"{have}, the tokenizer makes ids up to {need - 1}")
 
 
 def check_tokenizers_agree(target_tok, draft_tok) -> None:
