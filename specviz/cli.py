@@ -282,6 +282,10 @@ def cmd_sweep(a) -> int:
     if done:
         print(f"resuming an interrupted sweep: {len(done)} finished cell(s) kept from {resume.resume_path(a.out_dir)}",
               file=sys.stderr)
+    elif resume.other_sweep(a.out_dir, key):
+        n, differ = resume.other_sweep(a.out_dir, key)
+        print(f"note: {a.out_dir} holds {n} finished cell(s) of an interrupted sweep with other settings "
+              f"({', '.join(differ)}); this sweep replaces them (give another --out-dir to keep them)", file=sys.stderr)
     bar = _progress(len(sizes) * len(ks), "sweep")
 
     def on_cell(c):

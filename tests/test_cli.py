@@ -23,7 +23,28 @@ BAD = [
     (["--draft-confidence", "1.5"], "draft confidence must be in [0, 1)"),
     (["--device", "cuda"], "CUDA is not available"),
     (["--controller", "nope"], "unknown controller"),
+    (["--out", ""], "--out is empty"),
+    (["--mode", "regular", "--tree-width", "2"], "--mode regular drafts nothing"),
+    (["--draft", "ngram", "--draft-confidence", "0.5"], "has no confidence to stop on"),
+    (["--static"], "give --requests N as well"),
+    (["--draft", "ngram", "--draft-length", "100000"], "lower --draft-length"),
 ]
+
+# bench and sweep race speculative decoding against regular decoding: what would leave nothing to race
+RACE_BAD = [
+    (["bench", "--draft", "none"], "bench compares speculative with regular decoding"),
+    (["bench", "--draft", "ngram", "--mode", "regular"], "drop --mode regular"),
+    (["sweep", "--draft", "ngram", "--mode", "regular", "--batch-sizes", "1", "--draft-lengths", "1"],
+     "a sweep runs regular decoding beside speculative decoding itself"),
+]
+
+
+@pytest.mark.parametrize("args,message", RACE_BAD)
+def test_a_race_with_nothing_to_race_is_refused_before_the_model_loads(args, message, capsys, tmp_path):
+    code = main([*args, "--prompt", "hello", "--max-new-tokens", "2"]
+                + (["--out-dir", str(tmp_path / "s")] if args[0] == "sweep" else []))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("specviz: error: ") and message in err[-1], err
 
 
 @pytest.fixture(autouse=True)

@@ -78,3 +78,11 @@ def test_cells_of_a_sweep_with_other_arguments_are_not_taken(tmp_path):
                                                         False)) == {(1, 2): cell}
     resume.resume_path(tmp_path).write_text("{half a fi")
     assert resume.load_cells(tmp_path, key) == {}
+
+
+def test_a_sweep_with_other_settings_says_which_and_that_it_replaces_them(tmp_path):
+    cfg = RunConfig(prompts=["a"], max_new_tokens=4)
+    resume.save_cells(tmp_path, resume.sweep_key(cfg, 1, False), [{"batch_size": 1, "draft_length": 2}])
+    assert resume.other_sweep(tmp_path, resume.sweep_key(cfg, 1, False)) is None  # the same sweep resumes
+    n, differ = resume.other_sweep(tmp_path, resume.sweep_key(RunConfig(prompts=["a"], max_new_tokens=5), 1, False))
+    assert n == 1 and differ == ["max_new_tokens"]

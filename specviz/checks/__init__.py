@@ -198,22 +198,24 @@ def _model_name(spec: str) -> str:
 def check_room(max_new_tokens: int, k: int, context: int | None, model: str) -> None:
     """Refuse new tokens that leave no room for even a one-token prompt (no tokenizer needed)."""
     if context is not None and max_new_tokens + k >= context:
+        lower = "--draft-length" if k >= max_new_tokens else "--max-new-tokens"
         raise SpecvizError(f"--max-new-tokens {max_new_tokens} (+ draft length {k}) leaves no room for a prompt in the "
-                           f"{context}-token context of {model}: lower --max-new-tokens")
+                           f"{context}-token context of {model}: lower {lower}")
 
 
 def check_context(a, cmd: str, prompts: list[str], target_dir: Path | None, draft_dir: Path | None) -> None:
     from specviz.prompts.fit import check_fits, context_length
 
-    contexts = []
-    for folder, default in ((target_dir, DEFAULT_CONTEXT if a.target == "default" else None), (draft_dir, None)):
+    contexts = []  # (context, whose): the shorter one limits the run, and the message names it
+    for folder, default, whose in ((target_dir, DEFAULT_CONTEXT if a.target == "default" else None, _model_name(a.target)),
+                                   (draft_dir, None, f"the draft {a.draft}")):
         cfg = _config_json(folder)
         c = context_length(cfg) if cfg else default
         if c is not None:
-            contexts.append(c)
+            contexts.append((c, whose))
     if not contexts:
         return
-    context, model = min(contexts), _model_name(a.target)
+    context, model = min(contexts)
     if cmd == "calibrate":  # a cached prefix, then up to k_max + 1 tokens per forward
         if a.prefix_len + a.k_max + 1 > context:
             raise SpecvizError(f"--prefix-len {a.prefix_len} + --k-max {a.k_max} + 1 positions pass the {context}-token "
@@ -276,8 +278,22 @@ def check_run_args(cmd: str, a) -> None:
     if shapes and a.tree_width < 2:
         raise SpecvizError("--controller tree picks each step's width up to --tree-width: give --tree-width 2 or more "
                            "(with --tree-width 1, chains, use --controller analytic)")
-    if cmd == "sweep" and a.draft == "none":
-        raise SpecvizError("a sweep compares speculative with regular decoding: give a --draft other than none")
+    if cmd in ("sweep", "bench"):  # both race speculative decoding against regular decoding
+        what = "a sweep" if cmd == "sweep" else "bench"
+        if a.draft == "none":
+            raise SpecvizError(f"{what} compares speculative with regular decoding: give a --draft other than none")
+        if a.mode == "regular":
+            raise SpecvizError(f"{what} runs regular decoding beside speculative decoding itself: drop --mode regular")
+    if cmd == "run" and a.out is not None and not a.out.strip():
+        raise SpecvizError("--out is empty: give the trace's file name, or leave --out out to write no trace")
+    if a.mode == "regular" and (getattr(a, "tree_width", 1) > 1 or a.controller != "fixed"):
+        raise SpecvizError("--mode regular drafts nothing, so --tree-width and --controller do not apply: drop them "
+                           "or drop --mode regular")
+    if getattr(a, "draft_confidence", 0) and (a.draft == "ngram" or a.draft.startswith("ngram:") or a.draft == "none"):
+        raise SpecvizError(f"--draft-confidence stops a model draft early; the {a.draft} draft has no confidence to "
+                           "stop on: drop it, or use a model draft")
+    if getattr(a, "static", False) and not getattr(a, "requests", None):
+        raise SpecvizError("--static runs --requests as consecutive static batches: give --requests N as well")
     check_controller(a)
     prompts = prompts_of(a)
     if cmd != "calibrate" and not prompts:

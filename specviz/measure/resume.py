@@ -46,6 +46,25 @@ def load_cells(out_dir, key: dict) -> dict[tuple[int, int], dict]:
     return {(c["batch_size"], c["draft_length"]): c for c in saved.get("cells", [])}
 
 
+def other_sweep(out_dir, key: dict) -> tuple[int, list[str]] | None:
+    """An interrupted sweep with other settings in ``out_dir`` (which this one will replace): its
+    finished cells and the settings that differ, or None."""
+    try:
+        saved = json.loads(resume_path(out_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or not saved.get("cells"):
+        return None
+    ours, theirs = json.loads(json.dumps(key)), saved.get("key") or {}
+    if theirs == ours:
+        return None
+    flat = lambda d: {**{k: v for k, v in d.items() if not isinstance(v, dict)},  # noqa: E731
+                      **{s: v2 for v in d.values() if isinstance(v, dict) for s, v2 in v.items()}}
+    ours, theirs = flat(ours), flat(theirs)  # the run config's own fields, not just "config"
+    differ = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    return len(saved["cells"]), differ
+
+
 def save_cells(out_dir, key: dict, cells: list[dict]) -> Path:
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
