@@ -24,6 +24,8 @@ BAD = [
     (["--device", "cuda"], "CUDA is not available"),
     (["--controller", "nope"], "unknown controller"),
     (["--out", ""], "--out is empty"),
+    (["--draft", "ngram", "--controller", "analytic", "--controller-arg", "prior_alpa=0.5"], "has no option 'prior_alpa'"),
+    (["--draft", "ngram", "--controller", "goodput", "--controller-arg", "cost_ratio=nan"], "cost_ratio must be a number"),
     (["--mode", "regular", "--tree-width", "2"], "--mode regular drafts nothing"),
     (["--draft", "ngram", "--draft-confidence", "0.5"], "has no confidence to stop on"),
     (["--static"], "give --requests N as well"),

@@ -231,13 +231,17 @@ def check_context(a, cmd: str, prompts: list[str], target_dir: Path | None, draf
 
 
 def check_controller(a) -> None:
-    from specviz.engine.policies import make_controller
+    from specviz.engine.policies import OPTIONS, make_controller
 
     cargs = {}
     for kv in a.controller_arg:
         key, sep, val = kv.partition("=")
         if not sep or not key:
             raise SpecvizError(f"--controller-arg wants KEY=VALUE (got {kv!r})")
+        known = OPTIONS.get(a.controller)
+        if known is not None and key not in known:  # a misspelt key would be ignored without a word
+            raise SpecvizError(f"--controller {a.controller} has no option {key!r}"
+                               + (f": its options are {', '.join(known)}" if known else ": it takes none"))
         cargs[key] = val
     try:
         make_controller(a.controller, max(a.draft_length, 0), **cargs)

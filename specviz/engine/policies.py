@@ -345,6 +345,9 @@ def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, 
     )
     if not (0.0 <= policy.prior_alpha <= 1.0 and 0.0 <= policy.decay <= 1.0):
         raise SpecvizError("controller options prior_alpha and decay must be in [0, 1]")
+    if not (0.0 <= policy.cost_ratio < float("inf")) or not (0.0 < policy.verify_ratio < float("inf")):
+        raise SpecvizError(f"controller options cost_ratio must be a number >= 0 and verify_ratio one > 0 "
+                           f"(got cost_ratio={policy.cost_ratio}, verify_ratio={policy.verify_ratio})")
     return policy
 
 
@@ -379,6 +382,13 @@ CONTROLLERS = {
     "goodput": _goodput,
     "tree": _tree,  # (depth, width, nodes) per step for token trees (specviz.engine.treepolicy)
 }
+
+
+# The --controller-arg keys each policy reads (run.make_decoder passes costs itself, and w_max, n_max from the tree flags).
+_ANALYTIC_OPTIONS = ("cost_ratio", "verify_ratio", "prior_alpha", "decay", "k_max")
+OPTIONS = {"fixed": (), "heuristic": ("k_max",), "bass": ("k_max",), "bass-capped": _ANALYTIC_OPTIONS,
+           "table": ("table",), "analytic": _ANALYTIC_OPTIONS, "goodput": _ANALYTIC_OPTIONS,
+           "tree": ("w_max", "n_max", "knee", "cost_ratio", "verify_ratio", "prior_alpha", "decay")}
 
 
 def make_controller(name: str, k: int, **kwargs):
