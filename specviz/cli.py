@@ -93,27 +93,10 @@ def print_summary(trace: dict, out=None) -> None:
         print(f"{k:<{w}}  {v}", file=out)
 
 
-def _save_trace(trace: dict, path: str) -> str:
-    """Write the trace to ``path``; if that fails now (the folder went away mid-run, a full disk),
-    keep it in the temp folder instead, so the run is not lost. Returns where it went, said in one phrase."""
-    import tempfile
-
-    from specviz.analysis.trace import save_json
-
-    try:
-        save_json(trace, path)  # atomic: a second signal here leaves the old file or the whole new one
-        return path
-    except OSError as e:
-        fd, alt = tempfile.mkstemp(prefix="specviz-trace-", suffix=".json")
-        os.close(fd)
-        save_json(trace, alt)
-        return f"{alt} (--out {path} could not be written: {e.strerror or e})"
-
-
 def cmd_run(a) -> int:
     from specviz.run import load_pair
 
-    from specviz.interrupts import Interrupted, Stop
+    from specviz.interrupts import Interrupted, Stop, interrupted_twice, save_trace_held
 
     cfg = _config(a)
     cfg.validate()
@@ -125,11 +108,11 @@ def cmd_run(a) -> int:
         try:
             trace = _run_with_progress(cfg, target, proposer, f"{cfg.mode} B={cfg.batch_size}", stop=stop)
         except Interrupted as e:  # a second Ctrl-C: out at once, but the finished steps are still kept
-            return _interrupted_twice(getattr(e, "trace", None), a.out, stop)
+            return interrupted_twice(getattr(e, "trace", None), a.out, stop)
         print_summary(trace)
         for i, s in enumerate(trace["sequences"][: a.show]):
             print(f"\n[{s['index']}] ({s['finish_reason']}) {s['text']!r}")
-        saved = _save_held(trace, a.out) if a.out else None
+        saved = save_trace_held(trace, a.out) if a.out else None
     if stop.signal:
         where = f"the trace so far is in {saved}" if a.out else "no --out was given, so nothing was written"
         print(f"specviz: interrupted ({stop.signal}) after {trace['summary']['steps']} steps, unfinished rows marked "
@@ -138,33 +121,6 @@ def cmd_run(a) -> int:
     if a.out:
         print(f"\ntrace written to {saved}", file=sys.stderr)
     return 0
-
-
-def _save_held(trace: dict, out: str) -> str:
-    """_save_trace with Ctrl-C and SIGTERM held off for the few milliseconds it takes, so a signal
-    that comes while the trace is written cannot lose it."""
-    import signal
-
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return _save_trace(trace, out)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def _interrupted_twice(trace: dict | None, out: str | None, stop) -> int:
-    """``run`` stopped by a second signal in the middle of a step: write the finished steps' trace
-    and say where."""
-    steps = len(trace["steps"]) if trace else 0
-    if trace is None or not steps:
-        where = "no step had finished: nothing written"
-    elif not out:
-        where = f"{steps} steps had finished, but no --out was given, so nothing was written"
-    else:
-        where = f"the trace of the {steps} finished steps is in {_save_held(trace, out)}"
-    print(f"\nspecviz: interrupted twice ({stop.signal}), in the middle of a step: {where}", file=sys.stderr)
-    return stop.exit_code
 
 
 def _print_rounds(rounds: list[dict[str, float]]) -> None:

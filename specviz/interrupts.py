@@ -4,12 +4,15 @@ The first signal is remembered (``Stop.signal``): ``run`` asks its decoder to en
 current step (rows still going end as "stopped") and writes the trace so far; with
 ``at_once=True`` (bench, sweep, whose unit of work is a whole round or cell) it raises
 ``Interrupted`` right away and the caller writes the finished rounds or cells. A second signal
-always raises at once.
+always raises at once; ``run`` then still writes the finished steps' trace (interrupted_twice), and a
+trace being written holds both signals off for the milliseconds that takes (save_trace_held).
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 
 
@@ -45,3 +48,45 @@ class Stop:
     def exit_code(self) -> int:
         """The shell's convention: 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM)."""
         return 128 + signal.Signals[self.signal].value if self.signal else 0
+
+
+def save_trace(trace: dict, path: str) -> str:
+    """Write the trace to ``path``; if that fails now (the folder went away mid-run, a full disk),
+    keep it in the temp folder instead, so the run is not lost. Returns where it went, said in one phrase."""
+    import tempfile
+
+    from specviz.analysis.trace import save_json
+
+    try:
+        save_json(trace, path)  # atomic: a second signal here leaves the old file or the whole new one
+        return path
+    except OSError as e:
+        fd, alt = tempfile.mkstemp(prefix="specviz-trace-", suffix=".json")
+        os.close(fd)
+        save_json(trace, alt)
+        return f"{alt} (--out {path} could not be written: {e.strerror or e})"
+
+
+def save_trace_held(trace: dict, out: str) -> str:
+    """save_trace with Ctrl-C and SIGTERM held off for the few milliseconds it takes, so a signal
+    that comes while the trace is written cannot lose it."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return save_trace(trace, out)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def interrupted_twice(trace: dict | None, out: str | None, stop) -> int:
+    """``run`` stopped by a second signal in the middle of a step: write the finished steps' trace
+    and say where."""
+    steps = len(trace["steps"]) if trace else 0
+    if trace is None or not steps:
+        where = "no step had finished: nothing written"
+    elif not out:
+        where = f"{steps} steps had finished, but no --out was given, so nothing was written"
+    else:
+        where = f"the trace of the {steps} finished steps is in {save_trace_held(trace, out)}"
+    print(f"\nspecviz: interrupted twice ({stop.signal}), in the middle of a step: {where}", file=sys.stderr)
+    return stop.exit_code

@@ -293,3 +293,10 @@ def test_prompts_files_from_other_editors_read_as_written(tmp_path):
     j = tmp_path / "p.jsonl"
     j.write_text('{"prompt": "a { brace"}\nplain line\n  {"prompt": "indented"}\n')
     assert read_prompts(str(j)) == ["a { brace", "plain line", "indented"]
+
+
+def test_every_controller_has_its_list_of_accepted_options():
+    from specviz.checks import CONTROLLER_OPTIONS
+    from specviz.engine.policies import CONTROLLERS
+
+    assert set(CONTROLLER_OPTIONS) == set(CONTROLLERS)  # a new policy must say which --controller-arg keys it reads

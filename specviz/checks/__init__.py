@@ -230,15 +230,22 @@ def check_context(a, cmd: str, prompts: list[str], target_dir: Path | None, draf
         check_fits(lengths, a.max_new_tokens, k, context, model)
 
 
+# The --controller-arg keys each policy reads (run.make_decoder passes costs itself, and w_max, n_max from the tree flags).
+_ANALYTIC_OPTIONS = ("cost_ratio", "verify_ratio", "prior_alpha", "decay", "k_max")
+CONTROLLER_OPTIONS = {"fixed": (), "heuristic": ("k_max",), "bass": ("k_max",), "bass-capped": _ANALYTIC_OPTIONS,
+                      "table": ("table",), "analytic": _ANALYTIC_OPTIONS, "goodput": _ANALYTIC_OPTIONS,
+                      "tree": ("w_max", "n_max", "knee", "cost_ratio", "verify_ratio", "prior_alpha", "decay")}
+
+
 def check_controller(a) -> None:
-    from specviz.engine.policies import OPTIONS, make_controller
+    from specviz.engine.policies import make_controller
 
     cargs = {}
     for kv in a.controller_arg:
         key, sep, val = kv.partition("=")
         if not sep or not key:
             raise SpecvizError(f"--controller-arg wants KEY=VALUE (got {kv!r})")
-        known = OPTIONS.get(a.controller)
+        known = CONTROLLER_OPTIONS.get(a.controller)
         if known is not None and key not in known:  # a misspelt key would be ignored without a word
             raise SpecvizError(f"--controller {a.controller} has no option {key!r}"
                                + (f": its options are {', '.join(known)}" if known else ": it takes none"))

@@ -18,6 +18,7 @@ import dataclasses
 import math
 
 from specviz.analysis import analytic, steady
+from specviz.common import SpecvizError
 from specviz.engine import treepolicy
 
 K_MAX = 16  # default cap on the draft length for the adaptive policies
@@ -148,8 +149,6 @@ class BassCapped:
 
 def parse_k_table(text: str) -> dict[int, int]:
     """Parse "1:4,4:3,16:1,64:0" (batch size : draft length) into {1: 4, 4: 3, 16: 1, 64: 0}."""
-    from specviz.common import SpecvizError
-
     table: dict[int, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         try:
@@ -293,8 +292,6 @@ class Goodput(Analytic):
 
 
 def _number(kind, key: str, value):
-    from specviz.common import SpecvizError
-
     try:
         return kind(value)
     except (TypeError, ValueError):
@@ -302,8 +299,6 @@ def _number(kind, key: str, value):
 
 
 def _k_max(value, key: str = "k_max") -> int:
-    from specviz.common import SpecvizError
-
     k_max = _number(int, key, value)
     if k_max < 1:
         raise SpecvizError(f"controller option {key} must be >= 1, got {k_max}")
@@ -323,16 +318,12 @@ def _bass_capped(k, k_max=K_MAX, **kwargs):
 
 
 def _table(k, table=None, **_):
-    from specviz.common import SpecvizError
-
     if table is None:
         raise SpecvizError("controller 'table' needs a k table, e.g. '1:4,4:3,16:1,64:0'")
     return Table(parse_k_table(table) if isinstance(table, str) else dict(table))
 
 
 def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, decay=0.9, k_max=K_MAX, **_):
-    from specviz.common import SpecvizError
-
     if costs is not None and not isinstance(costs, analytic.Costs):
         raise SpecvizError("controller option costs must be an analytic.Costs (fit it with analytic.fit_cost_model)")
     policy = Analytic(
@@ -345,7 +336,7 @@ def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, 
     )
     if not (0.0 <= policy.prior_alpha <= 1.0 and 0.0 <= policy.decay <= 1.0):
         raise SpecvizError("controller options prior_alpha and decay must be in [0, 1]")
-    if not (0.0 <= policy.cost_ratio < float("inf")) or not (0.0 < policy.verify_ratio < float("inf")):
+    if not (0.0 <= policy.cost_ratio < math.inf and 0.0 < policy.verify_ratio < math.inf):  # nan fails both
         raise SpecvizError(f"controller options cost_ratio must be a number >= 0 and verify_ratio one > 0 "
                            f"(got cost_ratio={policy.cost_ratio}, verify_ratio={policy.verify_ratio})")
     return policy
@@ -359,8 +350,6 @@ def _goodput(k, **kwargs):
 def _tree(k, w_max=4, n_max=32, knee=64, prior_alpha=0.4, decay=0.95, **kwargs):
     """treepolicy.TreeShapes: k (--draft-length) bounds the depth; run.make_decoder passes --tree-width and
     --tree-nodes as w_max and n_max. Without costs: treepolicy.illustrative_costs(cost_ratio, knee)."""
-    from specviz.common import SpecvizError
-
     if int(k) < 1:
         raise SpecvizError("controller 'tree' needs --draft-length 1 or more: the deepest tree it may draft")
     a = _analytic(k, prior_alpha=prior_alpha, decay=decay, **kwargs)  # costs, cost_ratio, prior and decay checked
@@ -384,13 +373,6 @@ CONTROLLERS = {
 }
 
 
-# The --controller-arg keys each policy reads (run.make_decoder passes costs itself, and w_max, n_max from the tree flags).
-_ANALYTIC_OPTIONS = ("cost_ratio", "verify_ratio", "prior_alpha", "decay", "k_max")
-OPTIONS = {"fixed": (), "heuristic": ("k_max",), "bass": ("k_max",), "bass-capped": _ANALYTIC_OPTIONS,
-           "table": ("table",), "analytic": _ANALYTIC_OPTIONS, "goodput": _ANALYTIC_OPTIONS,
-           "tree": ("w_max", "n_max", "knee", "cost_ratio", "verify_ratio", "prior_alpha", "decay")}
-
-
 def make_controller(name: str, k: int, **kwargs):
     """Build a policy by CLI name; ``k`` is the starting / fixed draft length.
 
@@ -402,7 +384,5 @@ def make_controller(name: str, k: int, **kwargs):
     takes it as the depth bound, ``w_max`` and ``n_max`` as the width and node bounds, ``knee`` too.
     """
     if name not in CONTROLLERS:
-        from specviz.common import SpecvizError
-
         raise SpecvizError(f"unknown controller {name!r}: choose one of {', '.join(sorted(CONTROLLERS))}")
     return CONTROLLERS[name](k, **kwargs)
