@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 
@@ -30,3 +32,16 @@ def write_atomic(path, data: str | bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
+    """End this process soon after ``parent`` (the pid of the process that started it) is gone: a killed
+    distill leaves no worker writing its shards, a killed app server no decode worker holding the model.
+    The parent passes its pid, so one that died before this call is noticed too."""
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()

@@ -31,7 +31,7 @@ def test_a_second_writer_of_a_shard_is_refused_and_the_first_keeps_writing(tmp_p
 
 PARENT = """
 import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import sys, time; from specviz.distill.data import exit_with_parent; "
+child = subprocess.Popen([sys.executable, "-c", "import sys, time; from specviz.common import exit_with_parent; "
                           f"exit_with_parent({os.getpid()}, 0.1); time.sleep(120)"])
 print(child.pid, flush=True)
 time.sleep(120)

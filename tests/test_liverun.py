@@ -275,3 +275,42 @@ def test_a_worker_started_from_a_page_thread_that_yielded_the_cores_keeps_the_se
     assert got["page"] == min(19, base + worker.server_nice())
     assert got["worker"] is not old and got["worker"].alive()
     assert os.getpriority(os.PRIO_PROCESS, got["worker"].proc.pid) == base
+
+
+# A server that starts its decode worker as Worker() does and dies before connecting: the worker waits in
+# accept() for a parent that will never come, so only its own watch on the parent can end it.
+SERVER = """
+import os, subprocess, sys, tempfile, time
+address = os.path.join(tempfile.mkdtemp(), "sock")
+proc = subprocess.Popen([sys.executable, "-m", "specviz.app.worker", address], stdin=subprocess.PIPE,
+                        env={**os.environ, "SPECVIZ_WORKER_PARENT": str(os.getpid())})
+proc.stdin.write(os.urandom(32).hex().encode() + b"\\n")
+proc.stdin.close()
+print(proc.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_decode_worker_exits_soon_after_its_server_is_killed():
+    """A server killed with SIGKILL runs no cleanup and closes no connection the worker would notice (here it
+    never connected): the worker sees by itself that its parent is gone."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": root}, cwd=root)
+    pid = int(server.stdout.readline())
+    alive = lambda: Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # noqa: E731
+    try:
+        assert alive()
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+        deadline = time.time() + 30
+        while alive() and time.time() < deadline:
+            time.sleep(0.1)
+        assert not alive(), "the decode worker outlived its server"
+    finally:
+        if alive():
+            os.kill(pid, signal.SIGKILL)

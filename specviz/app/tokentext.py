@@ -124,7 +124,7 @@ def step_html(d: dict, decode: Decode | None = None) -> str:
     else:
         verdict = "with nothing to check, the target decoded one token itself: the <b>bonus</b> token."
     return (f'<div style="line-height:2.2"><b>drafted (k = {d["k"]}):</b> {drafted}<br>'
-            f'<b>output ({len(d["output"])} tokens):</b> {out}<br><span>{verdict}</span></div>')
+            f'<b>output ({len(d["output"])} token{"" if len(d["output"]) == 1 else "s"}):</b> {out}<br><span>{verdict}</span></div>')
 
 
 def draft_text(cfg: dict, c: float | None) -> str:

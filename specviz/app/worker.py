@@ -158,6 +158,10 @@ def child_main(address: str) -> None:
     """`python -m specviz.app.worker ADDRESS`, the auth key (hex) on stdin: listen, serve one parent."""
     from multiprocessing.connection import Listener
 
+    from specviz.common import exit_with_parent
+
+    if os.environ.get("SPECVIZ_WORKER_PARENT", "").isdigit():  # a server killed mid-step leaves no worker behind
+        exit_with_parent(int(os.environ["SPECVIZ_WORKER_PARENT"]))
     authkey = bytes.fromhex(sys.stdin.readline().strip())
     listener = Listener(address, family="AF_UNIX", authkey=authkey)
     try:
@@ -277,7 +281,7 @@ class Worker:
         self._dir = tempfile.mkdtemp(prefix="specviz-worker-")
         address = os.path.join(self._dir, "sock")
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds specviz/
-        env = {**os.environ, **child_env(), "SPECVIZ_WORKER_THREADS": str(self.threads),
+        env = {**os.environ, **child_env(), "SPECVIZ_WORKER_THREADS": str(self.threads), "SPECVIZ_WORKER_PARENT": str(os.getpid()),
                "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         self.proc = subprocess.Popen([sys.executable, "-m", "specviz.app.worker", address], stdin=subprocess.PIPE,
                                      env=env, cwd=os.getcwd())

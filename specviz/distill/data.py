@@ -14,14 +14,13 @@ import contextlib
 import json
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from specviz.common import SpecvizError
+from specviz.common import SpecvizError, exit_with_parent
 
 SAMPLE_TEMPERATURE = 0.8  # temperature of the sampled half of the data
 
@@ -165,19 +164,6 @@ def open_shard(path: Path):
                 raise SpecvizError(f"{path} is being written by another process (another distill with this --data, "
                                    f"or a worker of a stopped one): let it finish or stop it, then rerun to resume") from None
         yield f
-
-
-def exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
-    """End this process soon after ``parent`` (the pid of the process that started it) is gone, so a
-    killed distill leaves no worker writing its shards (a torn last line is skipped on resume). The
-    parent passes its pid: one that died before this call is noticed too."""
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os._exit(3)
-
-    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
 def generate_data(target, prompts: list[str], data: Path, name: str, max_new: int, batch_size: int, topk: int,
