@@ -59,7 +59,7 @@ if st.button("Check exactness", key="corr_run", type="primary", disabled=job is 
         st.error(str(e))
     else:
         st.session_state["corr_rows"] = None
-        job = jobs.Job(exactness_job(cfg), appstate.model_lock()).start()
+        job = jobs.Job(exactness_job(cfg), appstate.model_lock(), what="an exactness check").start()
         st.session_state[JOB_KEY] = job
         st.rerun()  # draw the button again, disabled while the job runs
 
@@ -69,7 +69,8 @@ def exactness_view() -> None:
     if job is not None:
         job.beat()
     if job is not None and job.running:
-        st.info(f"{'queued: another run holds the model' if job.status == 'queued' else job.note}")
+        st.info(f"queued: {jobs.holder(job.lock)} holds the model (in this tab or another); the check starts when it ends"
+                if job.status == "queued" else job.note)
         return
     if job is not None and job.status == "error":
         st.error(job.error)

@@ -59,7 +59,7 @@ def peaks_job(dev: torch.device):
 
 job = st.session_state.get(PEAKS_JOB)
 if st.button("Measure peaks (about 1 s)", key="measure_peaks", disabled=job is not None and job.running):
-    job = jobs.Job(peaks_job(device), appstate.model_lock()).start()
+    job = jobs.Job(peaks_job(device), appstate.model_lock(), what="a peak measurement").start()
     st.session_state[PEAKS_JOB] = job
     st.rerun()  # draw the button again, disabled while the job runs
 
@@ -69,7 +69,8 @@ def peaks_view() -> None:
     if job is not None:
         job.beat()
         if job.running:
-            st.info("queued: another run holds the model" if job.status == "queued" else job.note)
+            st.info(f"queued: {jobs.holder(job.lock)} holds the model (in this tab or another); this starts when it ends"
+                    if job.status == "queued" else job.note)
             return
         if job.status == "error":
             st.error(f"peaks not measured: {job.error}")

@@ -10,7 +10,7 @@ import time
 import streamlit as st
 
 from specviz.analysis import explain
-from specviz.app import state as appstate, charts, tokentext, treeview, queueview
+from specviz.app import state as appstate, charts, jobs, tokentext, treeview, queueview
 from specviz.app.upload import read_trace_upload, trace_csv_zip
 
 from specviz.prompts import sets as promptsets
@@ -278,7 +278,7 @@ def live_view() -> None:
     if run is not None and run.running:
         if run.status == "queued":
             place = run.queue_position
-            st.info("queued: another run is in progress; this run starts when it ends"
+            st.info(f"queued: {jobs.holder(run.lock)} holds the model (in this tab or another); this run starts when it ends"
                     + (f" (place in line: {place})" if place and place > 1 else ""))
         elif run.status == "loading":
             st.info("loading the model pair…")

@@ -65,7 +65,8 @@ if go:
         st.error(str(e))
     else:
         st.session_state["sweep_results"] = []
-        job = jobs.Job(sweep_job(cfg, sorted(batches), sorted(set(ks)), int(repeats)), appstate.model_lock()).start()
+        job = jobs.Job(sweep_job(cfg, sorted(batches), sorted(set(ks)), int(repeats)), appstate.model_lock(),
+                       what="a Sweep").start()
         st.session_state[JOB_KEY] = job
         st.session_state["sweep_grid"] = len(batches) * len(set(ks))
         st.rerun()  # draw the buttons again: Run sweep off and Stop on while the job runs
@@ -95,7 +96,7 @@ def show() -> None:
         cells = list(job.items)
         st.session_state["sweep_results"] = cells
         if job.running:
-            st.info(f"{'queued: another run holds the model' if job.status == 'queued' else 'measuring'}: "
+            st.info(f"{'queued: ' + jobs.holder(job.lock) + ' holds the model' if job.status == 'queued' else 'measuring'}: "
                     f"{len(cells)}/{st.session_state.get('sweep_grid', '?')} cells done. {job.note}")
         elif job.status == "error":
             st.error(job.error)

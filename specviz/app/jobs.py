@@ -15,6 +15,20 @@ from typing import Callable
 from specviz.common import SpecvizError
 
 RUNNING = ("queued", "running")
+_holders: dict[int, str] = {}  # id(model lock) -> what holds it now, for the queued pages to name
+
+
+def holder(lock) -> str:
+    """What holds the model lock now ("a Sweep", "a Live run", ...), said for a queued page."""
+    return _holders.get(id(lock), "another run")
+
+
+def hold(lock, what: str | None) -> None:
+    """Record (what) or clear (None) the holder of a model lock just taken or about to be released."""
+    if what is None:
+        _holders.pop(id(lock), None)
+    else:
+        _holders[id(lock)] = what
 HEARTBEAT_TIMEOUT_S = 90.0  # as a Live run: a job no page has polled for this long stops (tab closed)
 
 
@@ -25,6 +39,7 @@ class Job:
 
     fn: Callable[["Job"], object]
     lock: threading.Lock  # the model lock every session shares
+    what: str = "a measurement"  # how a page queued behind it names it: "a Sweep", "an exactness check"
     status: str = "queued"  # queued | running | done | stopped | error
     note: str = ""
     items: list = dataclasses.field(default_factory=list)
@@ -80,6 +95,7 @@ class Job:
                     self.status = "stopped"
                     return
             acquired = True
+            hold(self.lock, self.what)
             self.status = "running"
             self.result = self.fn(self)
             self.status = "stopped" if self._stop else "done"
@@ -96,4 +112,5 @@ class Job:
             self.status = "error"
         finally:
             if acquired:
+                hold(self.lock, None)
                 self.lock.release()

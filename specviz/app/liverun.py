@@ -21,7 +21,7 @@ import threading
 import time
 
 from specviz.analysis.trace import build_trace
-from specviz.app import worker as workers
+from specviz.app import jobs, worker as workers
 from specviz.app.worker import error_message, free_device_memory, oom_message, yield_cores  # noqa: F401
 from specviz.run import RunConfig, iter_run, load_pair
 
@@ -124,6 +124,7 @@ class LiveRun:
                 with _lines_lock:
                     first = _lines[id(self.lock)][0] is self
                 if first and self.lock.acquire(timeout=POLL_S):
+                    jobs.hold(self.lock, "a Live run")
                     return True
                 if not first:
                     time.sleep(POLL_S / 4)
@@ -170,6 +171,7 @@ class LiveRun:
                 e = RuntimeError(f"the run could not be sent to the decode worker: {e}")
             self._fail(error_message(e, self.cfg) if not isinstance(e, workers.WorkerDied) else str(e))
         finally:
+            jobs.hold(self.lock, None)
             self.lock.release()
 
     def _fail(self, message: str) -> None:
