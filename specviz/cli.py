@@ -350,7 +350,11 @@ def _main(argv=None) -> int:
     from specviz.checks import check_args
     from specviz.distill.command import cmd_distill
 
-    # our errors say what went wrong in one line; transformers' warnings and load bars only add noise
+    # our errors say what went wrong in one line; transformers' warnings and load bars only add noise,
+    # and our own warnings print as one line too, not with the source line that raised them
+    import warnings
+
+    warnings.formatwarning = lambda message, category, *_, **__: f"specviz: warning: {message}\n"
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 

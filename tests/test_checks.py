@@ -32,6 +32,7 @@ SHARED = [
     (["--prompts", "/dev/null"], "is not a regular file"),
     (["--prompts", "{d}/huge.txt"], "is 65 MiB: more than the 64 MiB a prompts file may hold"),
     (["--prompts", "{d}/latin1.txt"], "is not UTF-8 text (byte 0xe9 on line 2)"),
+    (["--prompts", "{d}/nul.txt"], "holds NUL bytes (line 2): it is not a text file"),
     (["--prompts", "{d}/empty.txt"], "has no prompts"),
     (["--prompts", "{d}/bad.jsonl"], "bad.jsonl:2: invalid JSON"),
     (["--prompts", "{d}/nokey.jsonl"], "nokey.jsonl:1: JSONL lines need a \"prompt\" key"),
@@ -212,6 +213,7 @@ def bad_files(tmp_path_factory):
     (d / "notes.txt").write_text("not a model")
     (d / "ok.txt").write_text("hello\n")
     (d / "latin1.txt").write_bytes("first line\ncaf\xe9\n".encode("latin-1"))
+    (d / "nul.txt").write_bytes(b"first line\n\x00\x00\x00\n")
     (d / "empty.txt").write_text("\n  \n\n")
     (d / "bad.jsonl").write_text('{"prompt": "fine"}\n{"prompt": "cut off\n')
     (d / "nokey.jsonl").write_text('{"text": "hello"}\n')

@@ -30,6 +30,9 @@ def _read_text(path: str) -> str:
         data = p.read_bytes()
     except OSError as e:
         raise SpecvizError(f"cannot read prompts file {path}: {e.strerror or e}") from None
+    if b"\x00" in data:  # valid UTF-8, but no text editor writes NUL: a binary file or a damaged one
+        line = data.count(b"\n", 0, data.index(b"\x00")) + 1
+        raise SpecvizError(f"prompts file {path} holds NUL bytes (line {line}): it is not a text file")
     try:
         return data.decode("utf-8-sig")  # a BOM from a Windows editor is not part of the first prompt
     except UnicodeDecodeError as e:
