@@ -145,11 +145,6 @@ def _source(spec: str) -> tuple[str, dict]:
         if (p / "specviz_draft.json").is_file():
             raise SpecvizError(f"{spec} is a distilled draft (specviz_draft.json): it runs beside its target, as "
                                "--draft, not as a model of its own")
-        if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
-            raise SpecvizError(f"{spec} has no weights: no *.safetensors or *.bin file beside its config.json")
-        if not any((p / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")):
-            raise SpecvizError(f"{spec} has no tokenizer: no tokenizer.json (or tokenizer.model, vocab.json) beside "
-                               "its config.json")
         return str(p), {}
     name, _, revision = spec.partition("@")
     if name.count("/") != 1 or name.startswith(("/", ".")):
@@ -257,6 +252,8 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", device_map:
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     src, kwargs = _source(spec)
+    if Path(src).is_dir() and "gguf_file" not in kwargs:
+        _check_files(spec, Path(src))
     load_kw = _dispatch_kwargs(spec, max_memory) if device_map == "auto" else {}
     offline = None  # the hub's host when a hub id must come from the local cache alone
     if not Path(src).exists():  # a hub id
@@ -292,6 +289,15 @@ def _said(e: Exception, limit: int = 300) -> str:
     """An exception's message on one line (transformers' span several, the first often ends in a colon)."""
     text = " ".join(str(e).split())
     return (text[:limit] + "…" if len(text) > limit else text) or type(e).__name__
+
+
+def _check_files(spec: str, folder: Path) -> None:
+    """Before transformers reads a local folder: say what is missing instead of its traceback."""
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
+        raise SpecvizError(f"{spec} has no weights: no *.safetensors or *.bin file beside its config.json")
+    if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")):
+        raise SpecvizError(f"{spec} has no tokenizer: no tokenizer.json (or tokenizer.model, vocab.json) beside "
+                           "its config.json")
 
 
 def check_vocab_fits(target, draft) -> None:
