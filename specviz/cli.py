@@ -60,7 +60,12 @@ def _run_with_progress(cfg, target, proposer, desc: str, telemetry: bool = True,
     try:
         return run(cfg, target, proposer, on_step=on_step, telemetry=telemetry)
     except KeyboardInterrupt as e:  # a second signal: the finished steps' trace leaves with it
-        e.trace = getattr(seen.get("dec"), "trace", None)
+        from specviz.interrupts import held_signals
+        from specviz.run import trace_so_far
+
+        dec = seen.get("dec")
+        with held_signals():  # it may have come before iter_run built the trace, or while it did
+            e.trace = (dec.trace or trace_so_far(cfg, target, proposer, dec)) if dec is not None else None
         raise
     finally:
         bar.close()
@@ -109,10 +114,10 @@ def cmd_run(a) -> int:
             trace = _run_with_progress(cfg, target, proposer, f"{cfg.mode} B={cfg.batch_size}", stop=stop)
         except Interrupted as e:  # a second Ctrl-C: out at once, but the finished steps are still kept
             return interrupted_twice(getattr(e, "trace", None), a.out, stop)
+        saved = save_trace_held(trace, a.out) if a.out else None  # first: a Ctrl-C while printing loses nothing
         print_summary(trace)
         for i, s in enumerate(trace["sequences"][: a.show]):
             print(f"\n[{s['index']}] ({s['finish_reason']}) {s['text']!r}")
-        saved = save_trace_held(trace, a.out) if a.out else None
     if stop.signal:
         where = f"the trace so far is in {saved}" if a.out else "no --out was given, so nothing was written"
         print(f"specviz: interrupted ({stop.signal}) after {trace['summary']['steps']} steps, unfinished rows marked "

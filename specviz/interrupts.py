@@ -67,15 +67,23 @@ def save_trace(trace: dict, path: str) -> str:
         return f"{alt} (--out {path} could not be written: {e.strerror or e})"
 
 
-def save_trace_held(trace: dict, out: str) -> str:
-    """save_trace with Ctrl-C and SIGTERM held off for the few milliseconds it takes, so a signal
-    that comes while the trace is written cannot lose it."""
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return save_trace(trace, out)
-    finally:
-        for s, h in old.items():
+class held_signals:
+    """Ctrl-C and SIGTERM held off (ignored) for the few milliseconds a trace takes to build or write,
+    so a signal that comes meanwhile cannot lose it. Main thread only, like every signal handler."""
+
+    def __enter__(self) -> None:
+        on_main = threading.current_thread() is threading.main_thread()
+        self._old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} if on_main else {}
+
+    def __exit__(self, *exc) -> None:
+        for s, h in self._old.items():
             signal.signal(s, h)
+
+
+def save_trace_held(trace: dict, out: str) -> str:
+    """save_trace under held_signals."""
+    with held_signals():
+        return save_trace(trace, out)
 
 
 def interrupted_twice(trace: dict | None, out: str | None, stop) -> int:

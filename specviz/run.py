@@ -311,24 +311,29 @@ def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn
     dec = make_decoder(cfg, target, proposer, accept_fn)
     sampler = _start_telemetry(target.device) if telemetry else None
     dec.sampler = sampler  # pages may read sampler.samples while the run goes
-    steps = []
-    t0 = time.perf_counter()
+    dec.records, dec.trace = [], None  # the finished steps' records, so far
+    t0 = dec.t_started = time.perf_counter()
     try:
         for rec in dec.steps():
-            if sampler is not None and not steps:
+            if sampler is not None and not dec.records:
                 sampler.rebase(dec.t0)  # sample times on the engine's clock (step t_start), also mid-run
-            steps.append(rec)
+            dec.records.append(rec)
             yield dec, rec
     finally:
-        wall = time.perf_counter() - t0
-        samples = []
         if sampler is not None:
             sampler.stop()
-            samples = sampler.samples
-        dec.trace = build_trace(
-            cfg.to_trace_config(target, proposer), hardware_info(target.device, target.dtype),
-            [sequence_record(r, target.tokenizer) for r in dec.rows], steps, samples, wall, dec.prefill_s)
+        dec.trace = trace_so_far(cfg, target, proposer, dec, time.perf_counter() - t0)
     yield dec, None
+
+
+def trace_so_far(cfg: RunConfig, target, proposer, dec: SpecDecoder, wall: float | None = None) -> dict:
+    """The trace of a decoder's finished steps (iter_run's records): at the end of a run, or after an
+    interruption that left before iter_run could build it."""
+    sampler = getattr(dec, "sampler", None)
+    wall = wall if wall is not None else time.perf_counter() - dec.t_started
+    return build_trace(cfg.to_trace_config(target, proposer), hardware_info(target.device, target.dtype),
+                       [sequence_record(r, target.tokenizer) for r in dec.rows], list(dec.records),
+                       sampler.samples if sampler is not None else [], wall, dec.prefill_s)
 
 
 def run(cfg: RunConfig, target=None, proposer=None, on_step: Callable | None = None, telemetry: bool = True,
