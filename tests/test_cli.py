@@ -22,6 +22,7 @@ BAD = [
     (["--top-p", "1.01"], "top-p must be in (0, 1]"),
     (["--draft-confidence", "1.5"], "draft confidence must be in [0, 1)"),
     (["--device", "cuda"], "CUDA is not available"),
+    (["--device", "cuda:1"], "device 'cuda:1' was asked for but CUDA is not available"),  # the device as given
     (["--controller", "nope"], "unknown controller"),
     (["--out", ""], "--out is empty"),
     (["--draft", "ngram", "--controller", "analytic", "--controller-arg", "prior_alpa=0.5"], "has no option 'prior_alpa'"),

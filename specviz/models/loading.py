@@ -67,7 +67,7 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise SpecvizError("device 'cuda' was asked for but CUDA is not available on this machine")
+            raise SpecvizError(f"device {device!r} was asked for but CUDA is not available on this machine")
         return torch.device(device)
     if device == "cpu":
         return torch.device("cpu")
