@@ -105,7 +105,7 @@ def cmd_run(a) -> int:
 
     cfg = _config(a)
     cfg.validate()
-    with Stop() as stop:
+    with Stop(final=True) as stop:
         target, proposer = load_pair(cfg)
         if stop.signal:
             print(f"specviz: interrupted ({stop.signal}) before generation began: nothing written", file=sys.stderr)
@@ -147,7 +147,7 @@ def cmd_bench(a) -> int:
         return cmd_vllm(a, cfg)
     passes = len(cfg.every_prompt()) * cfg.batch_size * cfg.max_new_tokens
     bar = _progress(a.repeats * 2 * passes, "bench")
-    rounds, stop = [], Stop(at_once=True)  # a part-round time is not comparable: Ctrl-C drops it, keeps the rest
+    rounds, stop = [], Stop(at_once=True, final=True)  # a part-round time is not comparable: Ctrl-C drops it, keeps the rest
     load = OtherLoad("the benchmark")
     try:
         with stop, load:
@@ -207,7 +207,7 @@ def cmd_calibrate(a) -> int:
     from specviz.interrupts import Interrupted, Stop
     from specviz.measure.calibrate import calibrate_config, summary_lines
 
-    sizes, bars, stop = _ints(a.batch_sizes, "--batch-sizes"), [], Stop(at_once=True)
+    sizes, bars, stop = _ints(a.batch_sizes, "--batch-sizes"), [], Stop(at_once=True, final=True)
 
     def progress(total):
         bars.append(_progress(total, "calibrate"))
@@ -239,7 +239,7 @@ def cmd_sweep(a) -> int:
     cfg.validate()
     sizes, ks = _ints(a.batch_sizes, "--batch-sizes"), _ints(a.draft_lengths, "--draft-lengths")
     key = resume.sweep_key(cfg, a.repeats, a.recalibrate)
-    done, cells, stop = resume.load_cells(a.out_dir, key), [], Stop(at_once=True)
+    done, cells, stop = resume.load_cells(a.out_dir, key), [], Stop(at_once=True, final=True)
     if done:
         print(f"resuming an interrupted sweep: {len(done)} finished cell(s) kept from {resume.resume_path(a.out_dir)}",
               file=sys.stderr)

@@ -21,9 +21,13 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Stop:
-    def __init__(self, at_once: bool = False):
+    """``final=True`` (the CLI's commands): once a signal came, the process only reports and exits, so
+    leaving the block ignores further signals instead of restoring the old handlers; a second Ctrl-C
+    during that exit would otherwise print a KeyboardInterrupt traceback from Python's shutdown."""
+
+    def __init__(self, at_once: bool = False, final: bool = False):
         self.signal: str | None = None  # "SIGINT" / "SIGTERM" once one arrived
-        self.at_once = at_once
+        self.at_once, self.final = at_once, final
         self._old: dict = {}
 
     def __enter__(self) -> "Stop":
@@ -34,7 +38,7 @@ class Stop:
 
     def __exit__(self, *exc) -> None:
         for s, handler in self._old.items():
-            signal.signal(s, handler)
+            signal.signal(s, signal.SIG_IGN if self.final and self.signal else handler)
         self._old.clear()
 
     def _handle(self, signum, frame) -> None:

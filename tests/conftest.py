@@ -29,3 +29,16 @@ def navigation_owns_the_pages(monkeypatch):
         PagesManager.uses_pages_directory = False
 
     monkeypatch.setattr(PagesManager, "__init__", init)
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_restored():
+    """A CLI command interrupted in this process (main() with a real Ctrl-C) leaves SIGINT and SIGTERM
+    ignored, as a finished CLI process should on its way out (specviz.interrupts.Stop's final); put
+    them back so the next test, and pytest itself, get them."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)

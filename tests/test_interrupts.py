@@ -166,3 +166,18 @@ def test_an_out_folder_gone_mid_run_keeps_the_trace_in_the_temp_folder(tmp_path,
     assert m and m.group(2) == str(gone / "t.json"), last
     assert len(load_json(m.group(1))["sequences"]) == 1
     os.unlink(m.group(1))
+
+
+def test_a_finished_command_ignores_later_signals_on_its_way_out():
+    """After a command's first signal the process only reports and exits: a second Ctrl-C then must
+    not print a KeyboardInterrupt traceback from Python's shutdown (seen in CI, 20 ms after the first)."""
+    from specviz.interrupts import Stop
+
+    with Stop(final=True) as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+    assert stop.signal == "SIGINT"
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    with Stop() as quiet:  # no signal came: the old handlers are back
+        pass
+    assert quiet.signal is None and signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # (restored to what it was)
