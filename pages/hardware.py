@@ -113,8 +113,8 @@ else:
         ("draft forward, 1 token per row (ms)", f"{costs.draft(b_run, 1) * 1e3:.2f}"),
         ("engine overhead per speculative step (ms)", f"{costs.overhead * 1e3:.2f}"))], hide_index=True)
     cal = trace_calibration(trace)
-    if cal is not None and calibration_load_warning(cal):
-        st.warning(f"This calibration ({cal.created or 'undated'}): {calibration_load_warning(cal)} "
+    if cal is not None and (busy := calibration_load_warning(cal)):
+        st.warning(f"This calibration ({cal.created or 'undated'}): {busy} "
                    "(`python -m specviz calibrate`, or the Sweep's next run after deleting it).")
 
 # ---- kernels -------------------------------------------------------------------------------------

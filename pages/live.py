@@ -170,8 +170,8 @@ def headline(trace: dict, regular: dict | None) -> None:
         reason = explain.gap_reason(measured, pred, alpha, c, explain.verify_ratio(trace, regular),
                                     explain.ragged_tail(trace))
         st.markdown(f"**Measured {measured:.2f}× vs predicted {pred:.2f}× ({measured - pred:+.2f}).** {reason}.")
-    if tokentext.draft_text(cfg, c):  # what this draft is: its size against the target's, its measured cost
-        st.caption(tokentext.draft_text(cfg, c))
+    if line := tokentext.draft_text(cfg, c):  # what this draft is: its size against the target's, its measured cost
+        st.caption(line)
     exactness_line(trace, regular)
 
 

@@ -72,9 +72,8 @@ if go:
         st.rerun()  # draw the buttons again: Run sweep off and Stop on while the job runs
 if stop and job is not None:
     job.stop()
-    st.session_state["sweep_stopping"] = True
     st.rerun()
-if st.session_state.get("sweep_stopping") and running:
+if job is not None and job.stopping:
     st.info("Stopping after the current cell; the cells measured so far stay.")
 
 COLUMNS = {"batch_size": "b", "draft_length": "k", "alpha": "α fit", "acceptance_rate": "acceptance rate",
@@ -105,7 +104,6 @@ def show() -> None:
             st.info(f"stopped after {len(cells)} cells{why}")
         if not job.running and not getattr(job, "_shown_final", False):
             job._shown_final = True
-            st.session_state["sweep_stopping"] = False
             if st.session_state.get("_sweep_fragment"):
                 st.rerun(scope="app")  # the buttons outside the fragment change state
     cells = st.session_state.get("sweep_results") or []
@@ -115,8 +113,8 @@ def show() -> None:
         return
     st.code("\n".join(cell_line(c) for c in cells), language=None)
     for c in cells:
-        if drift_warning(c):
-            st.warning(f"b = {c['batch_size']}, k = {c['draft_length']}: {drift_warning(c)}.")
+        if drift := drift_warning(c):
+            st.warning(f"b = {c['batch_size']}, k = {c['draft_length']}: {drift}.")
     st.dataframe(pd.DataFrame(cells)[list(COLUMNS)].rename(columns=COLUMNS), hide_index=True)
     bs = sorted({c["batch_size"] for c in cells})
     kk = sorted({c["draft_length"] for c in cells})

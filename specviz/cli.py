@@ -183,8 +183,8 @@ def cmd_bench(a) -> int:
           f"overhead fraction {_fmt(s['overhead_frac'])}; per step: draft {1e3 * s['draft_s'] / s['steps']:.1f} ms, "
           f"verify {1e3 * s['verify_s'] / s['steps']:.1f} ms, accept {1e3 * s['accept_s'] / s['steps']:.1f} ms, "
           f"bookkeeping {1e3 * s['bookkeeping_s'] / s['steps']:.1f} ms")
-    if load.warning():  # the ratios are interleaved, so they suffer less than the tokens/s
-        print(f"warning: {load.warning()}", file=sys.stderr)
+    if busy := load.warning():  # the ratios are interleaved, so they suffer less than the tokens/s
+        print(f"warning: {busy}", file=sys.stderr)
     if r.identical is not None:
         same = r.identical
         print(f"greedy outputs identical to regular decoding: {sum(same)}/{len(same)} rows"
@@ -243,8 +243,8 @@ def cmd_sweep(a) -> int:
     if done:
         print(f"resuming an interrupted sweep: {len(done)} finished cell(s) kept from {resume.resume_path(a.out_dir)}",
               file=sys.stderr)
-    elif resume.other_sweep(a.out_dir, key):
-        n, differ = resume.other_sweep(a.out_dir, key)
+    elif other := resume.other_sweep(a.out_dir, key):  # read once: it is a file
+        n, differ = other
         print(f"note: {a.out_dir} holds {n} finished cell(s) of an interrupted sweep with other settings "
               f"({', '.join(differ)}); this sweep replaces them (give another --out-dir to keep them)", file=sys.stderr)
     bar = _progress(len(sizes) * len(ks), "sweep")
@@ -255,8 +255,8 @@ def cmd_sweep(a) -> int:
         bar.update(1)
         print(f"B={c['batch_size']:<3} k={c['draft_length']:<2} alpha {c['alpha']:.3f}  measured {c['measured_speedup']:.2f}x"
               f"  predicted {c['predicted_speedup']:.2f}x (i.i.d. rows {c['predicted_speedup_iid']:.2f}x)", flush=True)
-        if drift_warning(c):
-            print(f"  warning: B={c['batch_size']} k={c['draft_length']}: {drift_warning(c)}", flush=True)
+        if drift := drift_warning(c):
+            print(f"  warning: B={c['batch_size']} k={c['draft_length']}: {drift}", flush=True)
 
     try:
         with stop:

@@ -77,6 +77,11 @@ class Job:
     def running(self) -> bool:
         return self.status in RUNNING
 
+    @property
+    def stopping(self) -> bool:
+        """Stop was pressed and the job has not ended yet (it ends after its current unit of work)."""
+        return self._stop and self.running
+
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
             self._thread.join(timeout)

@@ -109,20 +109,19 @@ def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, pr
     grid = {"target": [(b, n) for b in batch_sizes for n in tokens], "overhead": list(batch_sizes),
             "draft": [(b, n) for b in batch_sizes for n in (1, 2)] if draft_model is not None else []}
     points = Points(target, draft_name, grid, prefix_len, repeats, note)
-    load = OtherLoad("the calibration").__enter__()
-    try:
-        t_samples = measure_grid(target, batch_sizes, tokens, prefix_len, repeats, progress, points, "target")
-        target_cost, _ = fit_cost_model(t_samples)
-        if draft_model is not None:  # a draft model: it runs one token per row per draft step
-            d_samples = measure_grid(draft_model, batch_sizes, [1, 2], prefix_len, repeats, progress, points, "draft")
-            draft_cost, _ = fit_cost_model(d_samples)
-        else:  # n-gram lookup: no model; its Python time lands in the measured overhead
-            d_samples, draft_cost = [], CostModel(0.0, 0.0, 0.0)
-        overhead = measure_overhead(target, proposer, batch_sizes, target_cost, draft_cost, points=points)
-    except KeyboardInterrupt as e:  # specviz.interrupts.Interrupted too: the caller says what was kept
-        e.kept = points.kept_line()
-        raise
-    load.__exit__(None, None, None)
+    with OtherLoad("the calibration") as load:  # how busy other processes kept the machine meanwhile
+        try:
+            t_samples = measure_grid(target, batch_sizes, tokens, prefix_len, repeats, progress, points, "target")
+            target_cost, _ = fit_cost_model(t_samples)
+            if draft_model is not None:  # a draft model: it runs one token per row per draft step
+                d_samples = measure_grid(draft_model, batch_sizes, [1, 2], prefix_len, repeats, progress, points, "draft")
+                draft_cost, _ = fit_cost_model(d_samples)
+            else:  # n-gram lookup: no model; its Python time lands in the measured overhead
+                d_samples, draft_cost = [], CostModel(0.0, 0.0, 0.0)
+            overhead = measure_overhead(target, proposer, batch_sizes, target_cost, draft_cost, points=points)
+        except KeyboardInterrupt as e:  # specviz.interrupts.Interrupted too: the caller says what was kept
+            e.kept = points.kept_line()
+            raise
     cal = Calibration(
         target=target.name, draft=draft_name, device=str(target.device),
         dtype=str(target.dtype).removeprefix("torch."), target_cost=target_cost, draft_cost=draft_cost,
