@@ -391,10 +391,59 @@ def test_mixed_prompts_put_varied_prompts_in_the_generated_data(text_distilled):
     assert json.loads((root / "out" / "data" / "meta.json").read_text())["prompts"] == "mixed"
 
 
-def test_text_is_refused_for_a_feature_draft(tmp_path):
-    a = parse(["--out", str(tmp_path), *TINY, "--kind", "feature", "--text", str(tmp_path)])
-    with pytest.raises(SpecvizError, match="token drafts only"):
-        a.func(a)
+def test_feature_text_samples_hold_the_targets_features_and_topk_and_resume_after_an_interruption(tmp_path, monkeypatch):
+    import specviz.distill.feature as feature
+    import specviz.distill.text as text
+
+    tiny = tiny_llama(64)
+    chunks = _tiny_chunks(5)
+    feature.label_text_features(tiny, chunks, tmp_path / "whole", batch_size=2, topk=4)
+    whole = feature.read_text_features(tmp_path / "whole", chunks)
+    assert [s["sample"] for s in whole] == [0, 1, 2, 3, 4] and all(s["teacher_forced"] for s in whole)
+    for s, c in zip(whole, chunks):  # each chunk alone, unpadded
+        seq = torch.as_tensor([c["prompt_ids"] + c["output_ids"][:-1]])  # [1, P + n - 1]
+        with torch.no_grad():
+            f = tiny.model.model(seq).last_hidden_state[0]  # [P + n - 1, H]: the final-norm output
+            z = tiny.model(seq).logits[0, len(c["prompt_ids"]) - 1:]  # [n, V] the answer positions
+        assert s["features"].dtype == torch.bfloat16 and s["features"].shape == f.shape
+        assert torch.allclose(s["features"].float(), f, rtol=1e-2, atol=1e-2)
+        assert s["topk_ids"].tolist() == z.topk(4, dim=-1).indices.tolist() and list(s["output_ids"]) == c["output_ids"]
+    items = feature.feature_tensors(whole, list(range(64)), 64)  # what training reads
+    assert len(items) == 5 and all(len(x["ids"]) == x["fin"].shape[0] for x in items)
+
+    real, calls = text.label_batch, []
+
+    def dies_on_the_second_batch(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    monkeypatch.setattr(text, "label_batch", dies_on_the_second_batch)
+    with pytest.raises(KeyboardInterrupt):
+        feature.label_text_features(tiny, chunks, tmp_path / "cut", batch_size=2, topk=4)
+    assert [s["sample"] for s in feature.read_text_features(tmp_path / "cut", chunks)] == [0, 1]
+    resumed = []
+    monkeypatch.setattr(text, "label_batch", lambda t, cs, *a, **kw: resumed.append(len(cs)) or real(t, cs, *a, **kw))
+    feature.label_text_features(tiny, chunks, tmp_path / "cut", batch_size=2, topk=4)
+    assert resumed == [2, 1]  # only batches 1 and 2 (chunks 2-3 and 4) were labelled again
+    cut = feature.read_text_features(tmp_path / "cut", chunks)
+    assert [s["sample"] for s in cut] == [0, 1, 2, 3, 4]
+    assert all(torch.equal(a["features"], b["features"]) for a, b in zip(cut, whole))
+    other = [dict(c, output_ids=c["output_ids"][:-1]) for c in chunks]  # other chunks: nothing stale is read
+    assert feature.read_text_features(tmp_path / "cut", other) == []
+
+
+def test_a_feature_draft_trains_on_text_too(tmp_path, target):
+    (tmp_path / "doc.txt").write_text("\n\n".join(f"Paragraph {i}: tea is brewed from leaves and served hot or cold."
+                                                  for i in range(12)))
+    a = parse(["--out", str(tmp_path / "out"), *TINY, "--steps", "10", "--kind", "feature", "--text",
+               str(tmp_path / "doc.txt"), "--text-chunk-tokens", "32", "--text-batch-size", "2"])
+    assert a.func(a) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["draft"]["kind"] == "feature" and report["data"]["text"]["samples"] >= 3
+    assert report["data"]["train_samples"] == 6  # generated samples counted apart
+    assert sorted(p.name for p in (tmp_path / "out" / "data").glob("text-*.pt"))  # feature shards, not JSONL
 
 
 # ---- varied prompts (specviz.prompts.varied) --------------------------------------------------

@@ -24,6 +24,7 @@ from specviz.distill import feature, token
 from specviz.distill.data import build_vocab_map, generate_data, generate_parallel, log, read_shards
 from specviz.distill.evaluate import cost_ratio, eval_acceptance
 from specviz.distill.report import build_report, format_report, readme
+from specviz.distill.text import label_text, read_text_samples
 from specviz.distill.train import init_from_draft, train
 from specviz.engine.proposers import FeatureDraft, ModelDraft
 from specviz.models.distilled import load_distilled_draft, save_draft
@@ -40,6 +41,8 @@ class Kind:
     collate: Callable  # training items -> a batch
     loss: Callable  # (draft, batch, autocast) -> (loss, agreements, positions)
     proposer: type  # what a run drafts with (specviz.engine.proposers)
+    label_text: Callable  # (target, chunks, data, name, batch_size, topk, ...): --text's teacher-forced shards
+    read_text: Callable  # (data dir, chunks) -> the labelled chunks, in chunk order
     layers: int | None = None  # a fixed depth (None: --layers)
     random_init: bool = False  # whether --init-layers random is allowed
     meta: tuple = ()  # (key, value) pairs recorded in the data's meta.json and the draft's specviz_draft.json
@@ -47,10 +50,11 @@ class Kind:
 
 KINDS = {
     "token": Kind(generate_data, read_shards, token.token_tensors, token.build_token_draft, token.collate_tokens,
-                  token.token_loss, ModelDraft),
+                  token.token_loss, ModelDraft, label_text, read_text_samples),
     "feature": Kind(feature.generate_feature_data, feature.read_feature_samples, feature.feature_tensors,
-                    feature.build_feature, feature.collate_features, feature.feature_loss, FeatureDraft, layers=1,
-                    random_init=True, meta=(("kind", "feature"),)),
+                    feature.build_feature, feature.collate_features, feature.feature_loss, FeatureDraft,
+                    feature.label_text_features, feature.read_text_features, layers=1, random_init=True,
+                    meta=(("kind", "feature"),)),
 }
 
 
@@ -154,8 +158,6 @@ def _layer_ids(spec: str, layers: int, n_target: int) -> list[int]:
 
 
 def _validate(a) -> list[int]:
-    if a.text and a.kind != "token":
-        raise SpecvizError(f"--text labels token drafts only (a {a.kind} draft also needs the target's features)")
     if a.gen_workers < 0:
         raise SpecvizError(f"--gen-workers must be 0 (auto) or more (got {a.gen_workers})")
     for name in ("samples", "max_new_tokens", "gen_batch_size", "topk", "batch_size", "vocab", "layers", "eval_prompts",
@@ -208,10 +210,9 @@ def _samples(a, target, kind: Kind, data: Path):
     return train_samples, val_samples, eval_prompts, gen_s
 
 
-def _text_samples(a, target, data: Path):
+def _text_samples(a, target, kind: Kind, data: Path):
     """Label --text teacher-forced (or resume): (samples, the sources with checksums, seconds)."""
-    from specviz.distill.text import (chunk_documents, documents, label_text, manifest_sha256, read_text_samples,
-                                      source_manifest)
+    from specviz.distill.text import chunk_documents, documents, manifest_sha256, source_manifest
 
     if not a.text:
         return [], None, 0.0
@@ -220,9 +221,9 @@ def _text_samples(a, target, data: Path):
     chunks = chunk_documents(docs, target.tokenizer, a.text_chunk_tokens, a.text_tokens)
     manifest = source_manifest(docs, chunks)
     (data / "text-sources.json").write_text(json.dumps({"sha256": manifest_sha256(manifest), "files": manifest}, indent=1))
-    generate_parallel(target, a.gen_workers, label_text, chunks=chunks, data=data, name="text",
+    generate_parallel(target, a.gen_workers, kind.label_text, chunks=chunks, data=data, name="text",
                       batch_size=a.text_batch_size, topk=a.topk, desc="text labels")
-    samples = read_text_samples(data, chunks)
+    samples = kind.read_text(data, chunks)
     label_s = time.perf_counter() - t0
     log(f"text: {len(samples)} of {len(chunks)} chunks labelled from {len(manifest)} files, "
         f"{sum(len(s['output_ids']) for s in samples)} tokens ({label_s:.0f} s)")
@@ -259,7 +260,7 @@ def cmd_distill(a) -> int:
     train_samples, val_samples, eval_prompts, gen_s = _samples(a, target, kind, data)
     n_tokens = sum(len(s["output_ids"]) for s in train_samples)
     log(f"data: {len(train_samples)} samples, {n_tokens} target tokens ({gen_s:.0f} s)")
-    text_samples, sources, label_s = _text_samples(a, target, data)
+    text_samples, sources, label_s = _text_samples(a, target, kind, data)
     gen_samples, train_samples = train_samples, train_samples + text_samples
 
     # ---- 2. draft

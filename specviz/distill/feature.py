@@ -67,6 +67,52 @@ def generate_feature_data(target, prompts: list[str], data: Path, name: str, max
         os.replace(tmp, shard(j))  # a shard is there whole or not at all
 
 
+def label_text_features(target, chunks: list[dict], data, name: str = "text", batch_size: int = 8, topk: int = 32,
+                        worker: int = 0, workers: int = 1, desc: str = "text labels", **_) -> None:
+    """Written text read teacher-forced (``specviz.distill.text``) as feature samples: per chunk the
+    target's top-k at each answer position and its features f_0 .. f_{P+n-2}, one forward per batch
+    of chunks, into ``data/name-<batch>.pt`` (the generated shards' format). A batch whose shard is
+    there with the same chunks is skipped, so an interrupted run resumes; worker w of W takes
+    batches j = w (mod W)."""
+    from tqdm import tqdm
+
+    from specviz.distill.text import label_batch
+
+    data = Path(data)
+    data.mkdir(parents=True, exist_ok=True)
+    shard = lambda j: data / f"{name}-{j:05d}.pt"  # noqa: E731
+    todo = [(j, list(range(i, min(len(chunks), i + batch_size))))
+            for j, i in enumerate(range(0, len(chunks), batch_size)) if j % workers == worker]
+    todo = [(j, idx) for j, idx in todo if not _same_chunks(shard(j), chunks, idx)]
+    bar = tqdm(total=sum(len(chunks[i]["output_ids"]) for _, idx in todo for i in idx), desc=desc, unit="tok",
+               mininterval=2, disable=worker > 0 or not todo)
+    for j, idx in todo:
+        samples = [{"sample": i, "prompt": chunks[i]["prompt"], "temperature": None, "teacher_forced": True,
+                    "source": chunks[i]["source"], "source_sha256": chunks[i]["source_sha256"],
+                    "prompt_ids": chunks[i]["prompt_ids"], "output_ids": chunks[i]["output_ids"],
+                    "finish_reason": "text", "features": f,
+                    "topk_ids": torch.as_tensor(top.astype(np.int32)), "topk_logits": torch.as_tensor(vals)}
+                   for i, (top, vals, f) in zip(idx, label_batch(target, [chunks[i] for i in idx], topk, features=True))]
+        tmp = data / f".{name}-{j:05d}.pt.tmp"
+        torch.save(samples, tmp)
+        os.replace(tmp, shard(j))  # a shard is there whole or not at all
+        bar.update(sum(len(chunks[i]["output_ids"]) for i in idx))
+    bar.close()
+
+
+def _same_chunks(path: Path, chunks: list[dict], idx: list[int]) -> bool:
+    if not path.exists():
+        return False
+    got = [(s["sample"], list(s["output_ids"])) for s in torch.load(path, weights_only=True)]
+    return got == [(i, chunks[i]["output_ids"]) for i in idx]
+
+
+def read_text_features(data, chunks: list[dict], name: str = "text") -> list[dict]:
+    """The labelled chunks of this run (index and tokens match), in chunk order."""
+    want = {i: list(c["output_ids"]) for i, c in enumerate(chunks)}
+    return [s for s in read_feature_samples(Path(data), name) if want.get(s["sample"]) == list(s["output_ids"])]
+
+
 def read_feature_samples(data: Path, name: str) -> list[dict]:
     """Every sample in ``data/name-*.pt``, ordered by sample index."""
     out = []

@@ -176,9 +176,11 @@ def manifest_sha256(manifest: list[dict]) -> str:
 
 
 @torch.no_grad()
-def label_batch(target, chunks: list[dict], topk: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def label_batch(target, chunks: list[dict], topk: int, features: bool = False) -> list[tuple]:
     """One forward over the batch (right padded); per chunk (top-k ids [n, K], top-k logits [n, K])
-    of the target's next-token distribution at each answer position (the one predicting output i)."""
+    of the target's next-token distribution at each answer position (the one predicting output i),
+    and with ``features`` the target's final-norm output at every fed position [P + n - 1, H] (bf16,
+    what a feature draft reads: ``specviz.distill.feature``)."""
     seqs = [c["prompt_ids"] + c["output_ids"][:-1] for c in chunks]
     T = max(map(len, seqs))
     ids = torch.zeros(len(seqs), T, dtype=torch.long)
@@ -194,7 +196,8 @@ def label_batch(target, chunks: list[dict], topk: int) -> list[tuple[np.ndarray,
         P, n = len(c["prompt_ids"]), len(c["output_ids"])
         z = head(h[b, P - 1:P - 1 + n]).float()  # [n, V] only this chunk's answer positions
         vals, top = z.topk(topk, dim=-1)  # [n, K]
-        out.append((top.cpu().numpy().astype(id_dtype), vals.cpu().numpy().astype(np.float16)))
+        labels = (top.cpu().numpy().astype(id_dtype), vals.cpu().numpy().astype(np.float16))
+        out.append((*labels, h[b, :len(seqs[b])].to(torch.bfloat16).cpu()) if features else labels)
     return out
 
 
