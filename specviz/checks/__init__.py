@@ -41,7 +41,7 @@ CHECKED = {
     "out_dir": "a writable folder (made if missing), not a file",
     "data": "a folder (made if missing), not a file",
     "init_layers": "first, random (feature drafts) or --layers ids below the target's layer count",
-    "text": "existing files or folders of written text, for token drafts only",
+    "text": "existing files or folders of written text",
     "vocab_from": "a distilled draft's folder (its draft file is there)",
     "init_from": "a distilled draft's folder (its draft file is there)",
 }
@@ -330,8 +330,6 @@ def check_distill_args(a) -> None:
     for path in a.text or []:
         if not Path(path).expanduser().exists():
             raise SpecvizError(f"--text {path!r}: no such file or folder")
-    if a.text and feature:
-        raise SpecvizError(f"--text labels token drafts only (a {a.kind} draft also needs the target's features)")
     from specviz.models.distilled import DRAFT_FILE
 
     for flag, path in (("--vocab-from", a.vocab_from), ("--init-from", a.init_from)):
