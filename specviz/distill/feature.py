@@ -25,7 +25,9 @@ features; its own proposals run on its *predicted* features g and are always dis
 
 Data: the target answers the built-in prompts through the engine's regular decoding with
 ``keep_hidden``; every sample stores its features f_0..f_{P+n-2} (bf16) and the target's top-k
-logits at each output position. Shards are ``torch.save`` files, one per batch, resumable.
+logits at each output position. Shards are ``torch.save`` files, one per batch, resumable. With
+``--text``, written text read teacher-forced (``label_text_features``: one forward per batch of
+chunks, ~5x the tokens per second of generation) gives samples of the same shape.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Generated data (``specviz.distill.data``) costs one target forward per output token. Here the
 target reads a whole chunk of written text in one forward, and its top-k next-token
 distribution at every position of the chunk becomes a label, in the same JSONL shard format as
-generated data (``text-<worker>.jsonl``; ``read_shards(data, "text")`` reads them). The draft
+generated data (``text-<worker>.jsonl``; ``read_shards(data, "text")`` reads them; a feature
+draft's come with the target's features, ``specviz.distill.feature.label_text_features``). The draft
 learns to imitate the *target's* distribution (not the text's next token) in those contexts.
 
     documents(paths)          -> [(name, text, sha256 of the file's bytes)] from .html/.txt/.rst/.md(.gz)
