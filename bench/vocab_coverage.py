@@ -14,7 +14,7 @@
    the target's layers 0-1 and output rows: the cost does not depend on training), saved and
    loaded as a run loads it, every size timed in each interleaved round.
 
-    python bench/vocab_coverage.py --sizes 8192,16384,24576 [--data DIR] [--cache FILE] [--rounds 3]
+    python bench/vocab_coverage.py --sizes 8192,16384,24576 [--data DIR] [--cache FILE] [--rounds 3] [--drafts DIR,...]
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-cost", action="store_true")
+    ap.add_argument("--drafts", default="", help="comma-separated distilled drafts whose own maps are scored too")
     a = ap.parse_args()
 
     import torch
@@ -89,6 +90,9 @@ def main() -> int:
         return sorted(chosen[:max(n, len(base))])
 
     maps = {("shipped", len(shipped)): shipped}
+    for d in filter(None, a.drafts.split(",")):
+        vmap = json.loads((Path(d) / "specviz_draft.json").read_text())["vocab_map"]
+        maps[(d, len(vmap))] = vmap
     for n in sizes:
         maps[("ids", n)] = by_ids(n)
         maps[("shipped+ids", n)] = by_ids(n, shipped)
