@@ -168,6 +168,9 @@ def _model_facts(loaded, shares_with=None) -> dict:
 # The distilled draft shipped for the packaged target (specviz distill on an H200; its README has
 # the command, data and held-out metrics).
 DEFAULT_DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft-SmolLM2-135M-Instruct"
+# A feature draft (EAGLE-style) for the packaged target: accepts more on free-form chat, not the default
+# (its README says why); chains only
+FEATURE_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-SmolLM2-135M-Instruct"
 
 
 def resolve_draft_spec(draft: str, target) -> str:

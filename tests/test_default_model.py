@@ -57,6 +57,34 @@ def test_shipped_distilled_draft_greedy_equals_batch_one_greedy(target, prompt_i
     assert_exact_or_near_tie(check_exactness(target, draft, prompt_ids, batch_size, k, MAX_NEW, references))
 
 
+@pytest.mark.parametrize("batch_size,k", [(1, 1), (8, 3)])
+def test_shipped_feature_draft_greedy_equals_batch_one_greedy(target, prompt_ids, references, batch_size, k):
+    """The feature draft in specviz/assets (not the default), run in fp32: it reads the target's hidden states."""
+    from specviz.engine.proposers import FeatureDraft
+    from specviz.run import FEATURE_DRAFT_DIR, make_proposer
+
+    draft = make_proposer(str(FEATURE_DRAFT_DIR), target)
+    assert isinstance(draft, FeatureDraft)
+    assert_exact_or_near_tie(check_exactness(target, draft, prompt_ids, batch_size, k, MAX_NEW, references))
+
+
+def test_shipped_feature_draft_is_the_file_its_readme_describes_made_by_a_seeded_command():
+    import hashlib
+    import json
+
+    from specviz.run import FEATURE_DRAFT_DIR
+
+    report = json.loads((FEATURE_DRAFT_DIR / "report.json").read_text())
+    assert report["training"]["stopped_by"] == "steps" and report["args"]["time_budget_min"] is None
+    assert report["args"]["gen_budget_min"] is None and report["args"]["kind"] == "feature"
+    readme = (FEATURE_DRAFT_DIR / "README.md").read_text()
+    sha = hashlib.sha256((FEATURE_DRAFT_DIR / "model.safetensors").read_bytes()).hexdigest()
+    assert f"sha256 `{sha}`" in readme
+    one_line = " ".join(readme.replace("\\\n", " ").split())
+    for flag in ("--kind feature", "--seed 3", "--steps 2500", "--samples 9216", "--text-tokens 300000"):
+        assert flag in one_line and flag in report["command"]
+
+
 def test_default_draft_is_the_shipped_one_for_a_bf16_default_target():
     from specviz.models.distilled import DistilledDraft
     from specviz.run import DEFAULT_DRAFT_DIR, make_proposer, resolve_draft_spec
