@@ -10,28 +10,41 @@
 #                                          #   shipped draft decide whether it replaces `default`
 #   bash bench/gpu_distill.sh --cpu-smoke --out DIR   # the whole pipeline on tiny sizes on a CPU (~1 min)
 #
+#   bash bench/gpu_distill.sh --print-command   # the distill command it would run, and nothing else
+#
 # One seeded distill command (recorded in the draft's report.json): --prompts mixed chat answers,
-# continued from the shipped draft's weights with its head widened to 24,576 tokens (the width that
-# covers ~97% of free-form target tokens; its new rows start as the target's own), generation and
-# training each under a time budget so the call ends in time. The generation budget decides how many
+# continued from a shipped draft's weights, generation and training each under a time budget so the
+# call ends in time. KIND=feature (the default) continues the feature draft
+# (specviz/assets/feature-draft-...): its held-out agreement rose to 0.530 on 1.1M CPU tokens and
+# was still rising, where the token draft's stalled near 0.48 (BENCHMARKS.md). KIND=token continues
+# the token draft with its head widened to 24,576 tokens (~97% of free-form target tokens; the new
+# rows start as the target's own). The generation budget decides how many
 # samples there are (one worker takes the seeded prompts in order, so report.json's sample count N
 # and `--samples N` without the budget give the same data); 3,000 training steps should end well
 # inside theirs (report.json says if the budget ended training, which would tie the weights to the
-# clock). Env: PY (default python3, or .venv's),
+# clock). Env: PY (default python3, or .venv's), KIND (feature or token),
 # GEN_MIN, TRAIN_MIN (the two budgets, minutes; defaults 4 and 2.5).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-SMOKE=0 OUT="" JOIN=""
+SMOKE=0 OUT="" JOIN="" PRINT=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) OUT=$2; shift 2 ;;
+    --print-command) PRINT=1; shift ;;
     --cpu-smoke) SMOKE=1; shift ;;
     --join) JOIN=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_distill: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-SHIPPED=specviz/assets/draft-SmolLM2-135M-Instruct
+SHIPPED=specviz/assets/draft-SmolLM2-135M-Instruct  # the default draft: what a new one must beat
+FEATURE=specviz/assets/feature-draft-SmolLM2-135M-Instruct
+KIND=${KIND:-feature}
+case $KIND in
+  feature) DRAFT_ARGS="--kind feature --layers 1 --init-from $FEATURE --vocab 8192 --vocab-from $FEATURE" ;;
+  token) DRAFT_ARGS="--kind token --layers 2 --init-layers first --init-from $SHIPPED --vocab 24576 --vocab-from $SHIPPED" ;;
+  *) echo "gpu_distill: KIND must be feature or token (got $KIND)" >&2; exit 2 ;;
+esac
 PART_BYTES=15000000  # a returned file may be 16 MiB, 8 files and 64 MiB in all
 
 if [ -n "$JOIN" ]; then  # here: reassemble the draft from the parts that came back
@@ -43,18 +56,13 @@ if [ -n "$JOIN" ]; then  # here: reassemble the draft from the parts that came b
   rm -rf "$dest" && mkdir -p "$dest" && cat "$JOIN"/draft.tgz.part-* | tar -C "$dest" -xzf - || exit 2
   echo "gpu_distill: the draft is in $dest; next, on this CPU:"
   echo "  .venv/bin/python bench/exactness.py --drafts $dest"
-  echo "  .venv/bin/python bench/drafts.py --batch-size 8 --rounds 3 --prompts bench/results/continued-draft-2026-12-01/freeform.jsonl --arms shipped:$SHIPPED:1,new:$dest:1"
-  echo "  .venv/bin/python bench/drafts.py --batch-size 1 --rounds 3 --arms shipped:$SHIPPED:1,new:$dest:1"
+  arms="shipped:$SHIPPED:1,shipped:$SHIPPED:2,feature:$FEATURE:1,new:$dest:1,new:$dest:2"
+  echo "  .venv/bin/python bench/drafts.py --batch-size 8 --rounds 3 --prompts bench/results/continued-draft-2026-12-01/freeform.jsonl --arms $arms"
+  echo "  .venv/bin/python bench/drafts.py --batch-size 1 --rounds 3 --prompts bench/results/continued-draft-2026-12-01/freeform.jsonl --arms $arms"
   exit 0
 fi
 
-[ -n "$OUT" ] || { echo "gpu_distill: --out DIR is required" >&2; exit 2; }
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
 . bench/gpu_env.sh  # PY, carried, use_carried
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1
-LOG=$OUT/distill.log
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/specviz-gpu-distill.XXXXXX")
-if [ "$SMOKE" = 0 ] && carried; then use_carried "$LOG"; fi
 if [ "$SMOKE" = 1 ]; then
   DEV=cpu SIZES="--samples 4 --val-samples 2 --max-new-tokens 8 --gen-batch-size 4 --gen-workers 1 --steps 2 --batch-size 4
     --eval-every 1 --eval-prompts 1 --eval-max-new-tokens 8 --eval-ks 1 --cost-rounds 1 --cost-prefix-len 16 --threads 2"
@@ -66,11 +74,18 @@ else
     --cost-rounds 3 --cost-prefix-len 128"
   GEN_MIN=${GEN_MIN:-4} TRAIN_MIN=${TRAIN_MIN:-2.5}
 fi
+[ "$PRINT" = 1 ] && WORK=WORK || WORK=$(mktemp -d "${TMPDIR:-/tmp}/specviz-gpu-distill.XXXXXX")
 CMD="$PY -m specviz distill --target default --device $DEV --dtype bfloat16 --out $WORK/draft --data $WORK/data
-  --prompts mixed --topk 32 --gen-budget-min $GEN_MIN --time-budget-min $TRAIN_MIN $SIZES
-  --init-from $SHIPPED --vocab 24576 --vocab-from $SHIPPED --layers 2 --init-layers first
+  --prompts mixed --topk 32 --gen-budget-min $GEN_MIN --time-budget-min $TRAIN_MIN $SIZES $DRAFT_ARGS
   --lr 0.001 --weight-decay 0.05 --seed 2"
 CMD=$(echo $CMD)  # one line, as report.json records it
+if [ "$PRINT" = 1 ]; then echo "$CMD"; exit 0; fi
+
+[ -n "$OUT" ] || { echo "gpu_distill: --out DIR is required" >&2; exit 2; }
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1
+LOG=$OUT/distill.log
+if [ "$SMOKE" = 0 ] && carried; then use_carried "$LOG"; fi
 { echo "# gpu_distill $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "# card: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
   echo "\$ $CMD"; } >> "$LOG"

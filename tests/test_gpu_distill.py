@@ -32,7 +32,8 @@ def test_the_cpu_smoke_sends_a_draft_back_in_parts_that_join_into_a_loadable_dra
     assert all(f.stat().st_size <= 16 * 2**20 for f in files)
     assert sum(f.stat().st_size for f in files) <= 64 * 2**20
     command = json.loads((out / "report.json").read_text())["command"]
-    for flag in ("--init-from specviz/assets/draft-SmolLM2-135M-Instruct", "--vocab 24576", "--seed 2", "--prompts mixed"):
+    for flag in ("--kind feature", "--init-from specviz/assets/feature-draft-SmolLM2-135M-Instruct", "--seed 2",
+                 "--prompts mixed"):
         assert flag in command
 
     dest = tmp_path / "draft"
@@ -43,10 +44,23 @@ def test_the_cpu_smoke_sends_a_draft_back_in_parts_that_join_into_a_loadable_dra
     from specviz.run import get_model
 
     draft = load_distilled_draft(dest, get_model("default", "cpu", "float32"))
-    assert draft.model.lm_head.weight.shape[0] == 24576
+    assert draft.kind == "feature" and draft.model.lm_head.weight.shape[0] == 8192
 
-    # a part lost on the way is refused in one line, not unpacked half
-    (out / "draft.tgz.part-1").unlink()
+    # a part cut short on the way is refused in one line, not unpacked half
+    part = sorted(out.glob("draft.tgz.part-*"))[-1]
+    part.write_bytes(part.read_bytes()[:-1])
     j = subprocess.run(["bash", str(SCRIPT), "--join", str(out)], cwd=ROOT, env=dict(env, DEST=str(tmp_path / "d2")),
                        capture_output=True, text=True, timeout=120)
     assert j.returncode == 2 and "do not join" in j.stderr
+
+
+def test_kind_token_continues_the_token_draft_with_the_wider_head_and_other_kinds_are_refused():
+    r = subprocess.run(["bash", str(SCRIPT), "--print-command"], cwd=ROOT, env=dict(os.environ, KIND="token"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for flag in ("--kind token", "--init-from specviz/assets/draft-SmolLM2-135M-Instruct", "--vocab 24576",
+                 "--device cuda", "--gen-budget-min 4", "--seed 2"):
+        assert flag in r.stdout
+    bad = subprocess.run(["bash", str(SCRIPT), "--print-command"], cwd=ROOT, env=dict(os.environ, KIND="tree"),
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "KIND must be feature or token" in bad.stderr
