@@ -27,7 +27,7 @@ Data: the target answers the built-in prompts through the engine's regular decod
 ``keep_hidden``; every sample stores its features f_0..f_{P+n-2} (bf16) and the target's top-k
 logits at each output position. Shards are ``torch.save`` files, one per batch, resumable. With
 ``--text``, written text read teacher-forced (``label_text_features``: one forward per batch of
-chunks, ~4x the tokens per second of generation here) gives samples of the same shape.
+chunks, ~5x the tokens per second of generation) gives samples of the same shape.
 """
 
 from __future__ import annotations
