@@ -40,9 +40,11 @@ import traceback
 from typing import Callable
 
 # How the child's idle torch (OpenMP) threads wait, $SPECVIZ_WORKER_WAIT (bench/browser_speed.py
-# measures the choices): "passive" sleeps at once, leaving the core to the server and the browser;
-# "spin" is libgomp's default (spin a while, then sleep); a number is that many spins (GOMP_SPINCOUNT).
-WORKER_WAIT = "passive"
+# measures the choices): "spin" is libgomp's default (spin a while, then sleep); "passive" sleeps at
+# once, leaving the core to the server and the browser; a number is that many spins (GOMP_SPINCOUNT).
+# Spin: on a 2-core Xeon, passive threads ran the page at 0.69 of the CLI and spinning ones at 1.19
+# (interleaved); on the EPYC the two were level (BENCHMARKS.md, "The Live page in a real browser").
+WORKER_WAIT = "spin"
 
 
 def child_env() -> dict:
