@@ -53,9 +53,8 @@ def generate_feature_data(target, prompts: list[str], data: Path, name: str, max
     already there are skipped. Batches, seeds, greedy/sampled and the deadline are
     ``specviz.distill.data.answer_batches``'s (``kwargs``: greedy_every, deadline, desc)."""
     data.mkdir(parents=True, exist_ok=True)
-    shard = lambda j: data / f"{name}-{j:05d}.pt"  # noqa: E731
     todo = [(j, idx) for j, idx in enumerate(prompt_batches(len(prompts), batch_size))
-            if j % workers == worker and not shard(j).exists()]
+            if j % workers == worker and not _shard(data, name, j).exists()]
     if not todo:
         return
     for j, idx, temperature, rows, labels, feats in answer_batches(target, prompts, todo, max_new, topk, seed,
@@ -64,9 +63,17 @@ def generate_feature_data(target, prompts: list[str], data: Path, name: str, max
                     "topk_ids": torch.as_tensor(np.stack([a for a, _ in lab]).astype(np.int32)),
                     "topk_logits": torch.as_tensor(np.stack([b for _, b in lab]))}
                    for i, r, lab, f in zip(idx, rows, labels, feats)]
-        tmp = data / f".{name}-{j:05d}.pt.tmp"
-        torch.save(samples, tmp)
-        os.replace(tmp, shard(j))  # a shard is there whole or not at all
+        _save_shard(data, name, j, samples)
+
+
+def _shard(data: Path, name: str, j: int) -> Path:
+    return data / f"{name}-{j:05d}.pt"
+
+
+def _save_shard(data: Path, name: str, j: int, samples: list[dict]) -> None:
+    tmp = data / f".{name}-{j:05d}.pt.tmp"
+    torch.save(samples, tmp)
+    os.replace(tmp, _shard(data, name, j))  # a shard is there whole or not at all
 
 
 def label_text_features(target, chunks: list[dict], data, name: str = "text", batch_size: int = 8, topk: int = 32,
@@ -78,26 +85,20 @@ def label_text_features(target, chunks: list[dict], data, name: str = "text", ba
     batches j = w (mod W)."""
     from tqdm import tqdm
 
-    from specviz.distill.text import label_batch
+    from specviz.distill.text import chunk_record, label_batch
 
     data = Path(data)
     data.mkdir(parents=True, exist_ok=True)
-    shard = lambda j: data / f"{name}-{j:05d}.pt"  # noqa: E731
     todo = [(j, list(range(i, min(len(chunks), i + batch_size))))
             for j, i in enumerate(range(0, len(chunks), batch_size)) if j % workers == worker]
-    todo = [(j, idx) for j, idx in todo if not _same_chunks(shard(j), chunks, idx)]
+    todo = [(j, idx) for j, idx in todo if not _same_chunks(_shard(data, name, j), chunks, idx)]
     bar = tqdm(total=sum(len(chunks[i]["output_ids"]) for _, idx in todo for i in idx), desc=desc, unit="tok",
                mininterval=2, disable=worker > 0 or not todo)
     for j, idx in todo:
-        samples = [{"sample": i, "prompt": chunks[i]["prompt"], "temperature": None, "teacher_forced": True,
-                    "source": chunks[i]["source"], "source_sha256": chunks[i]["source_sha256"],
-                    "prompt_ids": chunks[i]["prompt_ids"], "output_ids": chunks[i]["output_ids"],
-                    "finish_reason": "text", "features": f,
+        samples = [{**chunk_record(i, chunks[i]), "features": f,
                     "topk_ids": torch.as_tensor(top.astype(np.int32)), "topk_logits": torch.as_tensor(vals)}
                    for i, (top, vals, f) in zip(idx, label_batch(target, [chunks[i] for i in idx], topk, features=True))]
-        tmp = data / f".{name}-{j:05d}.pt.tmp"
-        torch.save(samples, tmp)
-        os.replace(tmp, shard(j))  # a shard is there whole or not at all
+        _save_shard(data, name, j, samples)
         bar.update(sum(len(chunks[i]["output_ids"]) for i in idx))
     bar.close()
 

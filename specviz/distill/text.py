@@ -176,6 +176,13 @@ def manifest_sha256(manifest: list[dict]) -> str:
     return hashlib.sha256(json.dumps([(m["path"], m["sha256"], m["tokens"]) for m in manifest]).encode()).hexdigest()
 
 
+def chunk_record(i: int, c: dict) -> dict:
+    """What a labelled chunk's sample holds besides its labels (both draft kinds' shards)."""
+    return {"sample": i, "prompt": c["prompt"], "temperature": None, "teacher_forced": True, "source": c["source"],
+            "source_sha256": c["source_sha256"], "prompt_ids": c["prompt_ids"], "output_ids": c["output_ids"],
+            "finish_reason": "text"}
+
+
 @torch.no_grad()
 def label_batch(target, chunks: list[dict], topk: int, features: bool = False) -> list[tuple]:
     """One forward over the batch (right padded); per chunk (top-k ids [n, K], top-k logits [n, K])
@@ -232,10 +239,8 @@ def label_text(target, chunks: list[dict], data, name: str = "text", batch_size:
                 c = chunks[i]
                 if (i, tuple(c["output_ids"])) in done:
                     continue
-                rec = {"sample": i, "prompt": c["prompt"], "temperature": None, "teacher_forced": True,
-                       "source": c["source"], "source_sha256": c["source_sha256"], "prompt_ids": c["prompt_ids"],
-                       "output_ids": c["output_ids"], "finish_reason": "text", "topk": topk,
-                       "ids_dtype": str(top.dtype), "topk_ids": _enc(top), "topk_logits": _enc(vals)}
+                rec = {**chunk_record(i, c), "topk": topk, "ids_dtype": str(top.dtype), "topk_ids": _enc(top),
+                       "topk_logits": _enc(vals)}
                 f.write(json.dumps(rec) + "\n")
             f.flush()
             bar.update(sum(len(chunks[i]["output_ids"]) for i in idx))
