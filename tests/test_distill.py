@@ -226,6 +226,19 @@ def _tiny_chunks(n: int, vocab: int = 64) -> list[dict]:
              "source_sha256": "0" * 64} for i in range(n)]
 
 
+def _dies_on_call(fn, n: int):
+    """fn, except that its n-th call raises KeyboardInterrupt (an interruption mid-run)."""
+    calls = []
+
+    def wrapped(*args, **kw):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return fn(*args, **kw)
+
+    return wrapped
+
+
 def _records(data, name="text"):
     from specviz.distill.data import read_shards
 
@@ -250,15 +263,8 @@ def test_text_labels_are_the_targets_topk_at_each_answer_position_and_resume_aft
         assert torch.allclose(torch.tensor(whole[i][2]), vals, atol=1e-2)
 
     (tmp_path / "cut").mkdir()
-    real, calls = text.label_batch, []
-
-    def dies_on_the_second_batch(*args, **kw):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    monkeypatch.setattr(text, "label_batch", dies_on_the_second_batch)
+    real = text.label_batch
+    monkeypatch.setattr(text, "label_batch", _dies_on_call(real, 2))
     with pytest.raises(KeyboardInterrupt):
         text.label_text(tiny, chunks, tmp_path / "cut", batch_size=2, topk=4)
     assert sorted(_records(tmp_path / "cut")) == [0, 1]
@@ -411,15 +417,8 @@ def test_feature_text_samples_hold_the_targets_features_and_topk_and_resume_afte
     items = feature.feature_tensors(whole, list(range(64)), 64)  # what training reads
     assert len(items) == 5 and all(len(x["ids"]) == x["fin"].shape[0] for x in items)
 
-    real, calls = text.label_batch, []
-
-    def dies_on_the_second_batch(*args, **kw):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    monkeypatch.setattr(text, "label_batch", dies_on_the_second_batch)
+    real = text.label_batch
+    monkeypatch.setattr(text, "label_batch", _dies_on_call(real, 2))
     with pytest.raises(KeyboardInterrupt):
         feature.label_text_features(tiny, chunks, tmp_path / "cut", batch_size=2, topk=4)
     assert [s["sample"] for s in feature.read_text_features(tmp_path / "cut", chunks)] == [0, 1]
@@ -559,15 +558,8 @@ def test_generation_interrupted_mid_run_resumes_to_what_one_uninterrupted_run_wr
     (tmp_path / "whole").mkdir()
     (tmp_path / "cut").mkdir()
     data.generate_data(target, data=tmp_path / "whole", **kwargs)  # batches 0, 2 greedy, 1 sampled
-    real, calls = data.decode_batch, []
-
-    def dies_in_the_third_batch(*args, **kw):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    monkeypatch.setattr(data, "decode_batch", dies_in_the_third_batch)
+    real = data.decode_batch
+    monkeypatch.setattr(data, "decode_batch", _dies_on_call(real, 3))  # dies in the third batch
     with pytest.raises(KeyboardInterrupt):
         data.generate_data(target, data=tmp_path / "cut", **kwargs)
     monkeypatch.setattr(data, "decode_batch", real)
