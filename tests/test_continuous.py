@@ -186,7 +186,7 @@ def test_feature_draft_rows_join_with_the_targets_prefill_features(target):
     from specviz.models.distilled import DistilledDraft
 
     torch.manual_seed(1)
-    model = build_feature_draft(target.model, list(range(V)), init_layer=None).eval()
+    model = build_feature_draft(target.model, list(range(V))).eval()
     with torch.no_grad():
         model.fc.weight.add_(0.3 * torch.randn_like(model.fc.weight))
     draft = DistilledDraft(spec="f", name="f", model=model, tokenizer=target.tokenizer, device=target.device,

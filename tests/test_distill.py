@@ -203,6 +203,28 @@ def test_feature_draft_command_trains_saves_and_loads_as_a_feature_draft(feature
     assert proposed and set(proposed) <= vmap
 
 
+def test_a_two_layer_feature_draft_continued_from_a_one_layer_one_drafts_the_same_at_step_0(feature_distilled, target,
+                                                                                              tmp_path):
+    """distill --kind feature --layers 2 --init-from a one-layer feature draft: the extra layer starts as an
+    identity, so before any training step it proposes exactly what the one-layer draft proposes."""
+    from specviz.run import make_proposer
+
+    out, _ = feature_distilled
+    tiny = list(TINY)
+    tiny[tiny.index("--steps") + 1], tiny[tiny.index("--layers") + 1] = "0", "2"
+    a = parse(["--out", str(tmp_path), "--data", str(out / "data"), "--init-from", str(out), "--vocab-from", str(out),
+               *tiny, "--kind", "feature"])
+    assert a.func(a) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["draft"]["layers"] == 2 and report["draft"]["init_from"]["layers_added"] == 1
+    ids = encode_prompts(target.tokenizer, ["Explain what a lighthouse does.", "List three uses of salt."])
+    regular, _ = decode(target, ids, None, 0, max_new=16)
+    runs = [decode(target, ids, make_proposer(str(d), target), 3, max_new=16) for d in (out, tmp_path)]
+    assert [r.output for r in runs[1][0].rows] == [r.output for r in regular.rows]
+    drafted = [[r["draft_tokens"] for s in steps for r in s["rows"]] for _, steps in runs]
+    assert drafted[0] == drafted[1] and any(drafted[0])
+
+
 def test_bench_says_transformers_cannot_run_a_feature_draft_and_takes_a_peer_draft(feature_distilled, capsys):
     from specviz.cli import main
 
@@ -530,13 +552,32 @@ def test_init_from_a_draft_starts_from_its_layers_and_its_head_rows_by_token(dis
         assert torch.equal(mine["lm_head.weight"][i], want), t
 
 
-def test_init_from_a_draft_of_another_depth_is_refused_in_one_line(distilled, target):
+def test_a_deeper_draft_continued_from_a_shallower_one_starts_as_that_draft(distilled, draft, target):
+    """--init-from with more --layers: the saved layers below, the extra ones identities on top, so at
+    step 0 the deeper draft's logits are the saved draft's."""
     from specviz.distill.token import build_token_draft
     from specviz.distill.train import init_from_draft
 
     saved_map = json.loads((distilled[0] / DRAFT_FILE).read_text())["vocab_map"]
-    with pytest.raises(SpecvizError, match="does not fit this draft"):
-        init_from_draft(build_token_draft(target, saved_map, 2, [0, 1]), distilled[0])
+    deeper = build_token_draft(target, saved_map, 2, [0, 1]).eval()
+    start = init_from_draft(deeper, distilled[0])
+    assert (start["layers_kept"], start["layers_added"]) == (1, 1)
+    ids = torch.tensor([[1, 5, 9, 200, 33, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(deeper(input_ids=ids).logits, draft.model(input_ids=ids).logits.float())
+    assert start["head_rows_kept"] == VOCAB
+
+
+def test_init_from_a_deeper_draft_is_refused_in_one_line(distilled, draft, target, tmp_path):
+    from specviz.distill.token import build_token_draft
+    from specviz.distill.train import init_from_draft
+    from specviz.models.distilled import save_draft
+
+    saved_map = json.loads((distilled[0] / DRAFT_FILE).read_text())["vocab_map"]
+    deeper = build_token_draft(target, saved_map, 2, [0, 1])
+    save_draft(deeper, tmp_path, target, saved_map)
+    with pytest.raises(SpecvizError, match="does not fit this draft.*at least its depth"):
+        init_from_draft(build_token_draft(target, saved_map, 1, [0]), tmp_path)
 
 
 def test_distill_init_from_with_no_steps_saves_the_drafts_own_weights(distilled, tmp_path):

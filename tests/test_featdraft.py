@@ -20,11 +20,20 @@ def target():
     return tiny_llama(VOCAB, layers=2, seed=0)
 
 
-def feature_draft(target, vocab_map=None, seed=1) -> DistilledDraft:
+def feature_draft(target, vocab_map=None, seed=1, layers=1) -> DistilledDraft:
     torch.manual_seed(seed)
-    model = build_feature_draft(target.model, vocab_map or list(range(VOCAB)), init_layer=None).eval()
+    vocab_map = vocab_map or list(range(VOCAB))
+    model = build_feature_draft(target.model, vocab_map).eval()
     with torch.no_grad():  # random weights that still give the draft's argmax some signal
         model.fc.weight.add_(0.3 * torch.randn_like(model.fc.weight))
+    if layers > 1:  # that draft as the first layer, the others small on top: deeper, and it keeps the signal
+        deeper = build_feature_draft(target.model, vocab_map, layers=layers).eval()
+        deeper.load_state_dict(model.state_dict(), strict=False)
+        with torch.no_grad():
+            for layer in deeper.model.layers[1:]:
+                layer.self_attn.o_proj.weight.mul_(0.1)
+                layer.mlp.down_proj.weight.mul_(0.1)
+        model = deeper
     return DistilledDraft(spec="tiny-feature", name="tiny-feature", model=model, tokenizer=target.tokenizer,
                           device=target.device, dtype=target.dtype, kind="feature")
 
@@ -40,12 +49,12 @@ def teacher_forced_proposals(target, draft, context: list[int]) -> list[int]:
     return [None, None] + guesses  # index n: the guess for x_n (made at position n-1 >= 1)
 
 
-@pytest.mark.parametrize("lean", ["1", "0"], ids=["lean", "transformers"])
-def test_first_proposal_of_every_step_equals_the_teacher_forced_draft(target, monkeypatch, lean):
+@pytest.mark.parametrize("lean,layers", [("1", 1), ("0", 1), ("1", 2)], ids=["lean", "transformers", "lean-2-layers"])
+def test_first_proposal_of_every_step_equals_the_teacher_forced_draft(target, monkeypatch, lean, layers):
     """The cache holds only true-feature slots: every step's first proposal is exactly what the draft
     computes over the whole context with the target's features, whatever was rejected before."""
     monkeypatch.setenv("SPECVIZ_LEAN_FORWARD", lean)
-    draft = feature_draft(target)
+    draft = feature_draft(target, layers=layers)
     prompts = ragged_prompts(4, VOCAB, seed=3)
     dec, steps = decode(target, prompts, FeatureDraft(draft, vocab_size=VOCAB), 3, max_new=20)
     checked = 0
@@ -61,11 +70,12 @@ def test_first_proposal_of_every_step_equals_the_teacher_forced_draft(target, mo
     assert checked > 10
 
 
-@pytest.mark.parametrize("k", [1, 2, 4])
-def test_greedy_speculative_equals_regular_over_ragged_rows(target, k):
+@pytest.mark.parametrize("k,layers", [(1, 1), (2, 1), (4, 1), (2, 2)])
+def test_greedy_speculative_equals_regular_over_ragged_rows(target, k, layers):
     prompts = ragged_prompts(5, VOCAB, seed=5) + [[7]]  # a one-token prompt: nothing to draft from at first
     ref = reference_greedy(target, prompts, max_new=18)
-    dec, steps = decode(target, prompts, FeatureDraft(feature_draft(target), vocab_size=VOCAB), k, max_new=18)
+    draft = feature_draft(target, layers=layers)
+    dec, steps = decode(target, prompts, FeatureDraft(draft, vocab_size=VOCAB), k, max_new=18)
     assert [r.output for r in dec.rows] == ref
     assert sum(r["accepted"] for s in steps for r in s["rows"]) > 0
 
@@ -122,12 +132,13 @@ def test_feature_data_lines_up_features_tokens_and_labels(target, tmp_path, monk
     assert len(t["ids"]) == len(t["fin"]) == len(t["ftgt"]) and t["first"] + len(t["p"]) == len(t["ids"])
 
 
-def test_training_forward_is_the_models_forward(target):
+@pytest.mark.parametrize("layers", [1, 2])
+def test_training_forward_is_the_models_forward(target, layers):
     """The first pass of specviz.distill.feature.train_forward (what training differentiates) is exactly the
     function the draft computes at run time (the model's own forward)."""
     from specviz.distill.feature import train_forward
 
-    draft = feature_draft(target).model
+    draft = feature_draft(target, layers=layers).model
     g = torch.Generator().manual_seed(0)
     u = torch.randn(3, 9, draft.config.hidden_size, generator=g)
     mask = torch.ones(3, 9, dtype=torch.long)
@@ -139,11 +150,13 @@ def test_training_forward_is_the_models_forward(target):
     torch.testing.assert_close(got[ok], want[ok], rtol=1e-4, atol=1e-5)
 
 
-def test_second_pass_sees_first_pass_slots_before_it_and_itself(target):
-    """Slot p of the second pass = the model's forward over [first-pass slots < p] + [its own input]."""
+@pytest.mark.parametrize("layers", [1, 2])
+def test_second_pass_sees_first_pass_slots_before_it_and_itself(target, layers):
+    """Slot p of the second pass = the model's forward over [first-pass slots < p] + [its own input],
+    in every layer."""
     from specviz.distill.feature import train_forward
 
-    draft = feature_draft(target).model
+    draft = feature_draft(target, layers=layers).model
     g = torch.Generator().manual_seed(1)
     u1 = torch.randn(1, 6, draft.config.hidden_size, generator=g)
     u2 = torch.randn(1, 6, draft.config.hidden_size, generator=g)

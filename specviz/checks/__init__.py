@@ -330,8 +330,9 @@ def check_distill_args(a) -> None:
     for path in a.text or []:
         if not Path(path).expanduser().exists():
             raise SpecvizError(f"--text {path!r}: no such file or folder")
-    from specviz.models.distilled import DRAFT_FILE
+    from specviz.models.distilled import DEFAULT_LAYERS, DRAFT_FILE
 
+    layers = a.layers if a.layers is not None else DEFAULT_LAYERS[a.kind]
     for flag, path in (("--vocab-from", a.vocab_from), ("--init-from", a.init_from)):
         if path and not (Path(path).expanduser() / DRAFT_FILE).is_file():
             raise SpecvizError(f"{flag} {path!r} is not a distilled draft (no {DRAFT_FILE})")
@@ -339,12 +340,11 @@ def check_distill_args(a) -> None:
     n_target, vocab = cfg.get("num_hidden_layers"), cfg.get("vocab_size")
     if a.init_layers not in ("first", "random"):
         ids = int_list(a.init_layers, "--init-layers", 0)
-        want = 1 if feature else a.layers
-        if len(ids) != want or (n_target and max(ids) >= n_target):
-            raise SpecvizError(f"--init-layers needs {want} comma-separated layer ids"
+        if len(ids) != layers or (n_target and max(ids) >= n_target):
+            raise SpecvizError(f"--init-layers needs {layers} comma-separated layer ids"
                                + (f" in 0..{n_target - 1}" if n_target else "") + f" (got {a.init_layers!r})")
-    elif a.init_layers == "first" and n_target and not feature and a.layers > n_target:
-        raise SpecvizError(f"--layers {a.layers} is more than the target's {n_target} layers to start from")
+    elif a.init_layers == "first" and n_target and layers > n_target:
+        raise SpecvizError(f"--layers {layers} is more than the target's {n_target} layers to start from")
     if vocab and a.vocab > vocab:
         raise SpecvizError(f"--vocab {a.vocab} exceeds the target's vocabulary ({vocab})")
     if vocab and a.topk > vocab:

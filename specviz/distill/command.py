@@ -27,7 +27,7 @@ from specviz.distill.report import build_report, format_report, readme
 from specviz.distill.text import label_text, read_text_samples
 from specviz.distill.train import init_from_draft, train
 from specviz.engine.proposers import FeatureDraft, ModelDraft
-from specviz.models.distilled import load_distilled_draft, save_draft
+from specviz.models.distilled import DEFAULT_LAYERS, load_distilled_draft, save_draft
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +43,6 @@ class Kind:
     proposer: type  # what a run drafts with (specviz.engine.proposers)
     label_text: Callable  # (target, chunks, data, name, batch_size, topk, ...): --text's teacher-forced shards
     read_text: Callable  # (data dir, chunks) -> the labelled chunks, in chunk order
-    layers: int | None = None  # a fixed depth (None: --layers)
     random_init: bool = False  # whether --init-layers random is allowed
     meta: tuple = ()  # (key, value) pairs recorded in the data's meta.json and the draft's specviz_draft.json
 
@@ -53,7 +52,7 @@ KINDS = {
                   token.token_loss, ModelDraft, label_text, read_text_samples),
     "feature": Kind(feature.generate_feature_data, feature.read_feature_samples, feature.feature_tensors,
                     feature.build_feature, feature.collate_features, feature.feature_loss, FeatureDraft,
-                    feature.label_text_features, feature.read_text_features, layers=1, random_init=True,
+                    feature.label_text_features, feature.read_text_features, random_init=True,
                     meta=(("kind", "feature"),)),
 }
 
@@ -92,12 +91,14 @@ def add_distill_parser(sub) -> None:
                    help="start the map with this distilled draft's map (e.g. the shipped one), then the data's most "
                         "emitted tokens: at --vocab 24576 it covered 97.2%% of free-form target tokens (BENCHMARKS.md)")
     p.add_argument("--init-from", metavar="DRAFT",
-                   help="continue training from this distilled draft's weights (same --kind and --layers; head rows "
-                        "for tokens its map lacks start as the target's), e.g. the shipped one with new data")
+                   help="continue training from this distilled draft's weights (same --kind; --layers at least its depth, "
+                        "extra layers start as identities on top; head rows for tokens its map lacks start as the "
+                        "target's), e.g. the shipped one with new data")
     p.add_argument("--kind", default="token", choices=list(KINDS),
-                   help="token: a small LM on tokens alone; feature: one layer fed the target's hidden states (EAGLE, "
+                   help="token: a small LM on tokens alone; feature: a layer or a few fed the target's hidden states (EAGLE, "
                         "specviz/distill/feature.py)")
-    p.add_argument("--layers", type=int, default=2, help="draft depth (layers at the target's width; a feature draft has 1)")
+    p.add_argument("--layers", type=int, default=None,
+                   help="draft depth (layers at the target's width; default 2 for a token draft, 1 for a feature draft)")
     p.add_argument("--init-layers", default="first",
                    help="'first' or comma-separated target layer ids to start from ('random' too for a feature draft)")
     p.add_argument("--seed", type=int, default=0)
@@ -235,6 +236,8 @@ def cmd_distill(a) -> int:
     from specviz.prompts.gen import freeform_prompts
     from specviz.run import get_model
 
+    if a.layers is None:
+        a.layers = DEFAULT_LAYERS[a.kind]
     ks = _validate(a)
     kind = KINDS[a.kind]
     if a.threads:
@@ -247,8 +250,6 @@ def cmd_distill(a) -> int:
     if a.vocab > V:
         raise SpecvizError(f"--vocab {a.vocab} exceeds the target's vocabulary ({V})")
     dtype_name = str(target.dtype).removeprefix("torch.")
-    if kind.layers:
-        a.layers = kind.layers
     _check_data_meta(data, {"target": a.target, "dtype": dtype_name, "max_new_tokens": a.max_new_tokens, "topk": a.topk,
                             "seed": a.seed, "gen_batch_size": a.gen_batch_size, **dict(kind.meta),
                             **({"prompts": a.prompts} if a.prompts != "templated" else {})})

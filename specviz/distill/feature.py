@@ -1,4 +1,4 @@
-"""A feature draft (EAGLE, Li et al. 2024): a one-layer draft that reads the target's own hidden states.
+"""A feature draft (EAGLE, Li et al. 2024): a draft of one or a few layers that reads the target's own hidden states.
 
 A token draft must guess the next token from tokens alone; at this size it agrees with the
 target's greedy choice about 40% of the time on prompts it never saw. The target's final hidden
@@ -7,7 +7,7 @@ already encodes almost everything the target "knows" about the text; the draft h
 *next* feature from it:
 
     input at position p    u_p = fc([embed(x_p) ; f_{p-1}])           (fc: 2H -> H)
-    one decoder layer      g_p = norm(layer(u_p | earlier slots))      (its own KV cache)
+    decoder layer(s)       g_p = norm(layers(u_p | earlier slots))     (its own KV cache)
     prediction             g_p ~ f_p, so logits_p = lm_head(g_p) predict x_{p+1}
 
 The draft shares the target's embedding (frozen, never stored). Its output layer is the target's
@@ -129,17 +129,18 @@ def read_feature_samples(data: Path, name: str) -> list[dict]:
 # =============================================================================================
 # The draft: fc + one llama layer + final norm, sharing the target's embedding and output rows
 
-def build_feature_draft(target_model, vocab_map: list[int], init_layer: int | None = None):
-    """A one-layer LlamaForCausalLM with ``fc`` (2H -> H, no bias) for the fused input, the target's
-    (frozen) embedding and final norm, and a MappedHead holding the target's output rows for the map
-    (frozen: the draft predicts the target's features, so the target's own projection reads them).
+def build_feature_draft(target_model, vocab_map: list[int], layer_ids=(), layers: int = 1):
+    """A LlamaForCausalLM of ``layers`` layers with ``fc`` (2H -> H, no bias) for the fused input,
+    the target's (frozen) embedding and final norm, and a MappedHead holding the target's output
+    rows for the map (frozen: the draft predicts the target's features, so the target's own
+    projection reads them).
 
-    init_layer: start the layer from that target layer (None: transformers' random init).
+    layer_ids: start layer i from target layer layer_ids[i] (empty: transformers' random init).
     """
     from torch import nn
 
     tcfg = target_model.config
-    config = draft_config(tcfg, 1)
+    config = draft_config(tcfg, layers)
     emb = nn.Embedding.from_pretrained(target_model.get_input_embeddings().weight.detach().float().clone(), freeze=True)
     draft = build_draft(config, emb, vocab_map)
     H = config.hidden_size
@@ -147,18 +148,18 @@ def build_feature_draft(target_model, vocab_map: list[int], init_layer: int | No
     with torch.no_grad():
         # start as "the previous feature plus the token": fc = [I | I] / 2 (+ the default init's noise, scaled down)
         draft.fc.weight.mul_(0.1).add_(torch.cat([torch.eye(H), torch.eye(H)], dim=1) * 0.5)
-    init_from_target(draft, target_model, [] if init_layer is None else [init_layer])
+    init_from_target(draft, target_model, list(layer_ids))
     draft.lm_head.weight.requires_grad_(False)
     draft.float()
     return draft
 
 
 def build_feature(target, vocab_map: list[int], layers: int, layer_ids: list[int]):
-    """The kind's builder (``specviz.distill.command.KINDS``): one layer, from target layer
-    ``layer_ids[0]`` or random (``--init-layers random``), fp32 on the target's device (the
-    forward runs under bf16 autocast)."""
-    assert layers == 1, layers
-    return build_feature_draft(target.model, vocab_map, layer_ids[0] if layer_ids else None).to(target.device)
+    """The kind's builder (``specviz.distill.command.KINDS``): ``layers`` layers, from target layers
+    ``layer_ids`` or random (``--init-layers random``), fp32 on the target's device (the forward
+    runs under bf16 autocast). A deeper draft continued from a shallower one (``--init-from``)
+    starts its extra layers as identities (``specviz.distill.train.init_from_draft``)."""
+    return build_feature_draft(target.model, vocab_map, layer_ids, layers).to(target.device)
 
 
 # =============================================================================================
@@ -203,45 +204,57 @@ TRAIN_STEPS = 2  # 1: teacher-forced only; 2: also the second draft step, on the
 
 
 def train_forward(draft, u: torch.Tensor, mask: torch.Tensor, prev_kv=None):
-    """The draft's layer and final norm over right-padded inputs u [B, T, H] (mask [B, T]), with
-    autograd: (g [B, T, H], (keys, values) per query head).
+    """The draft's layers and final norm over right-padded inputs u [B, T, H] (mask [B, T]), with
+    autograd: (g [B, T, H], per layer (keys, values) per query head).
 
     prev_kv None: causal attention, the same function as the model's own forward. With
-    ``prev_kv`` from that first pass, the query at slot p sees the first pass's keys at slots < p
-    and its own: the second draft step, where the cache holds true-feature slots and the newest
-    slot was fed the draft's guess (as HASS trains it, Zhang et al. 2024).
+    ``prev_kv`` from that first pass, the query at slot p sees, in every layer, the first pass's
+    keys at slots < p and its own: the second draft step, where the cache holds true-feature
+    slots and the newest slot was fed the draft's guess (as HASS trains it, Zhang et al. 2024).
     """
+    inner = draft.model
+    B, T, _ = u.shape
+    cos, sin = inner.rotary_emb(u, torch.arange(T, device=u.device).unsqueeze(0).expand(B, T))
+    slot = torch.arange(T, device=u.device)
+    key_ok = mask.bool()[:, None, None, :]  # [B, 1, 1, T]
+    if prev_kv is None:
+        allowed = (slot[None, :] <= slot[:, None]) & key_ok  # [B, 1, T, T] causal
+    else:
+        allowed = (slot[None, :] < slot[:, None]) & key_ok  # [B, 1, T, T] strictly earlier first-pass slots
+    h, kvs = u, []
+    for i, layer in enumerate(inner.layers):
+        h, kv = _layer_forward(layer, h, cos, sin, allowed, None if prev_kv is None else prev_kv[i])
+        kvs.append(kv)
+    return inner.norm(h), kvs
+
+
+def _layer_forward(layer, h: torch.Tensor, cos, sin, allowed: torch.Tensor, prev_kv):
+    """One llama decoder layer over h [B, T, H]; with ``prev_kv`` each slot attends to those keys
+    where ``allowed`` and to its own key (the second pass). Returns (h, (keys, values))."""
     import torch.nn.functional as F
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    inner = draft.model
-    layer = inner.layers[0]
     attn = layer.self_attn
-    B, T, _ = u.shape
-    cos, sin = inner.rotary_emb(u, torch.arange(T, device=u.device).unsqueeze(0).expand(B, T))
-    x = layer.input_layernorm(u)
+    B, T, _ = h.shape
+    x = layer.input_layernorm(h)
     shape = (B, T, -1, attn.head_dim)
     q = attn.q_proj(x).view(shape).transpose(1, 2)  # [B, nh, T, d]
     k = attn.k_proj(x).view(shape).transpose(1, 2)  # [B, nkv, T, d]
     v = attn.v_proj(x).view(shape).transpose(1, 2)
     q, k = apply_rotary_pos_emb(q, k, cos, sin)
     groups = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-    slot = torch.arange(T, device=u.device)
-    key_ok = mask.bool()[:, None, None, :]  # [B, 1, 1, T]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # [B, nh, T, d]
     if prev_kv is None:
-        allowed = (slot[None, :] <= slot[:, None]) & key_ok  # causal
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=attn.scaling)
     else:
         k1, v1 = prev_kv
-        allowed = (slot[None, :] < slot[:, None]) & key_ok  # strictly earlier first-pass slots
-        s_prev = torch.matmul(q, k1.transpose(-1, -2)).float() * attn.scaling
-        s_self = (q * k).sum(-1, keepdim=True).float() * attn.scaling
+        s_prev = torch.matmul(q, k1.transpose(-1, -2)).float() * attn.scaling  # [B, nh, T, T]
+        s_self = (q * k).sum(-1, keepdim=True).float() * attn.scaling  # [B, nh, T, 1]
         probs = torch.softmax(torch.cat([s_prev.masked_fill(~allowed, float("-inf")), s_self], dim=-1), dim=-1)
         o = torch.matmul(probs[..., :T].to(v1.dtype), v1) + probs[..., T:].to(v.dtype) * v
-    h = u + attn.o_proj(o.transpose(1, 2).reshape(B, T, -1))
+    h = h + attn.o_proj(o.transpose(1, 2).reshape(B, T, -1))
     h = h + layer.mlp(layer.post_attention_layernorm(h))
-    return inner.norm(h), (k, v)
+    return h, (k, v)
 
 
 def feature_loss(draft, batch, autocast: bool):

@@ -31,7 +31,10 @@ def init_from_target(draft, target_model, layer_ids: list[int]) -> None:
 def init_from_draft(draft, path) -> dict:
     """Continue from a distilled draft's weights (``distill --init-from``): every layer and norm
     as saved; its head rows for the tokens both maps hold, the target's rows (init_from_target)
-    for the rest. The saved draft must have this draft's kind and depth. Returns what was copied."""
+    for the rest. The saved draft must have this draft's kind and at most its depth: a deeper
+    draft's extra layers go on top as identities (their attention and MLP outputs zero, so the
+    residual passes through), and at step 0 it computes what the saved draft computes. Returns
+    what was copied."""
     from safetensors.torch import load_file
 
     from specviz.common import SpecvizError
@@ -42,14 +45,16 @@ def init_from_draft(draft, path) -> dict:
         raise SpecvizError(f"--init-from {path!r} is not a distilled draft (no {DRAFT_FILE} and model.safetensors)")
     old_map = json.loads((p / DRAFT_FILE).read_text()).get("vocab_map") or []
     saved = load_file(str(p / "model.safetensors"))
+    n_saved = len({k.split(".")[2] for k in saved if k.startswith("model.layers.")})
+    added = [f"model.layers.{i}." for i in range(n_saved, len(draft.model.layers))]
     mine = {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
-    body = {k for k in mine if k != "lm_head.weight"}
+    body = {k for k in mine if k != "lm_head.weight" and not k.startswith(tuple(added))}
     wrong = sorted(k for k in body if k not in saved or saved[k].shape != mine[k].shape)
     extra = sorted(k for k in saved if k not in mine)
     if wrong or extra or "lm_head.weight" not in saved or saved["lm_head.weight"].shape[0] != len(old_map):
-        raise SpecvizError(f"--init-from {path!r} does not fit this draft (--kind, --layers and the target must match): "
-                           f"{len(wrong)} weights missing or of another shape, {len(extra)} unknown"
-                           + (f" (e.g. {(wrong or extra)[0]})" if wrong or extra else ""))
+        raise SpecvizError(f"--init-from {path!r} does not fit this draft (--kind and the target must match, and "
+                           f"--layers be at least its depth): {len(wrong)} weights missing or of another shape, "
+                           f"{len(extra)} unknown" + (f" (e.g. {(wrong or extra)[0]})" if wrong or extra else ""))
     new_map = draft.lm_head.vocab_map.tolist()
     at = {t: i for i, t in enumerate(old_map)}
     both = [(i, at[t]) for i, t in enumerate(new_map) if t in at]
@@ -58,7 +63,11 @@ def init_from_draft(draft, path) -> dict:
         if both:
             dst, src = (torch.as_tensor(x) for x in zip(*both))
             draft.lm_head.weight[dst] = saved["lm_head.weight"][src].float().to(draft.lm_head.weight.device)
-    return {"path": str(p), "weights": len(body) + 1, "head_rows_kept": len(both), "head_rows_new": len(new_map) - len(both)}
+        for layer in draft.model.layers[n_saved:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return {"path": str(p), "weights": len(body) + 1, "head_rows_kept": len(both), "head_rows_new": len(new_map) - len(both),
+            "layers_kept": n_saved, "layers_added": len(added)}
 
 
 def label_positions(items: list[dict]):

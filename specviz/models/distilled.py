@@ -28,6 +28,7 @@ from specviz.models.loading import LoadedModel
 
 DRAFT_FORMAT = "specviz-distilled-draft"
 DRAFT_FILE = "specviz_draft.json"
+DEFAULT_LAYERS = {"token": 2, "feature": 1}  # distill --layers when not given, per --kind
 
 
 class MappedHead(nn.Module):
