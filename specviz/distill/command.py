@@ -63,9 +63,10 @@ def add_distill_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="where the draft, report.json and README.md go")
     p.add_argument("--data", metavar="DIR", help="data shards (default OUT/data); reruns resume and reuse them")
     p.add_argument("--samples", type=int, default=2000, help="training prompts the target answers")
-    p.add_argument("--prompts", default="templated", choices=["templated", "mixed"],
+    p.add_argument("--prompts", default="templated", choices=["templated", "mixed", "natural"],
                    help="templated: specviz.prompts.gen's task templates (the shipped draft's); mixed: every 4th prompt "
                         "from specviz.prompts.varied (paraphrase, multi-turn, code, lists, short and long answers); "
+                        "natural: specviz.prompts.natural's ~1,500 one-off chat requests (past them, each again); "
                         "held-out prompts follow the same choice from disjoint lists")
     p.add_argument("--val-samples", type=int, default=64, help="held-out prompts answered greedily (checkpoint choice)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per generated answer")
@@ -182,11 +183,15 @@ def _samples(a, target, kind: Kind, data: Path):
     """Generate (or resume) the data and read it: (train samples, held-out samples, engine
     evaluation prompts, generation seconds)."""
     from specviz.prompts.gen import heldout_prompts, training_prompts
+    from specviz.prompts.natural import natural_prompts
     from specviz.prompts.varied import mixed_prompts
 
     if a.prompts == "mixed":
         training_prompts = lambda n, seed=0: mixed_prompts(n, seed)  # noqa: E731
         heldout_prompts = lambda n, seed=0: mixed_prompts(n, seed, heldout=True)  # noqa: E731
+    elif a.prompts == "natural":
+        training_prompts = lambda n, seed=0: natural_prompts(n, seed)  # noqa: E731
+        heldout_prompts = lambda n, seed=0: natural_prompts(n, seed, heldout=True)  # noqa: E731
     t0 = time.perf_counter()
     train_prompts = training_prompts(a.samples, a.seed)
     val_prompts = heldout_prompts(a.val_samples, seed=1) if a.val_samples else []

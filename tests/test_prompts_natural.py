@@ -1,0 +1,43 @@
+"""specviz.prompts.natural: the hand-written-style training prompts stay clear of the free-form
+yardstick, and their split is fixed, disjoint and resumable."""
+
+import json
+import re
+
+from specviz.prompts.gen import FREEFORM
+from specviz.prompts.natural import FILE, is_heldout, natural_prompts, split
+
+KINDS = {"explain", "howto", "writing", "compare", "facts", "code", "lists", "language", "math", "casual"}
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z]{4,}", text.lower()))
+
+
+def jaccard(a: set, b: set) -> float:
+    return len(a & b) / max(1, len(a | b))
+
+
+def test_natural_prompts_are_distinct_of_ten_kinds_and_none_is_or_resembles_a_freeform_prompt():
+    records = [json.loads(line) for line in FILE.read_text().splitlines() if line.strip()]
+    prompts = [r["prompt"] for r in records]
+    assert len(prompts) >= 1200 and len(set(prompts)) == len(prompts)
+    assert {r["kind"] for r in records} == KINDS
+    assert not set(prompts) & set(FREEFORM)
+    closest = max((jaccard(words(p), words(f)), p, f) for p in prompts for f in FREEFORM)
+    assert closest[0] < 0.25, closest
+
+
+def test_the_split_is_disjoint_about_a_tenth_held_out_and_fixed_by_the_text():
+    train, held = split(), split(heldout=True)
+    assert not set(train) & set(held) and len(train) + len(held) == len(set(train) | set(held))
+    assert 0.05 < len(held) / (len(train) + len(held)) < 0.15
+    assert all(is_heldout(p) for p in held) and not any(is_heldout(p) for p in train)
+
+
+def test_natural_prompts_are_prefix_stable_and_past_the_split_start_again_in_another_order():
+    n = len(split())
+    long = natural_prompts(2 * n + 5, seed=3)
+    assert natural_prompts(40, seed=3) == long[:40] and natural_prompts(40, seed=4) != long[:40]
+    assert sorted(long[:n]) == sorted(split()) == sorted(long[n:2 * n]) and long[:n] != long[n:2 * n]
+    assert set(natural_prompts(30, seed=1, heldout=True)) <= set(split(heldout=True))
