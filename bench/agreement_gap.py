@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from specviz.distill.evaluate import eval_acceptance  # noqa: E402
-from specviz.distill.feature import collate_features, feature_tensors, fused_input, generate_feature_data, read_feature_samples, train_forward  # noqa: E402
+from specviz.distill.feature import collate_features, feature_tensors, fused_input, generate_feature_data, read_feature_samples, train_forward, trainable  # noqa: E402
 from specviz.prompts.gen import freeform_prompts  # noqa: E402
 from specviz.run import get_model, make_proposer  # noqa: E402
 
@@ -35,7 +35,7 @@ BINS = [0.0, 0.3, 0.5, 0.7, 0.9, 1.01]
 @torch.no_grad()
 def per_position(draft, samples, vocab_size: int):
     """(agree [N] bool, target top-1 probability [N]) over every labelled position."""
-    kept = [s for s in samples if len(s["output_ids"]) >= 1 and len(s["prompt_ids"]) >= 2]  # feature_tensors' filter
+    kept = list(filter(trainable, samples))  # the samples feature_tensors keeps, in its order
     items = feature_tensors(kept, draft.lm_head.vocab_map.tolist(), vocab_size)
     p1 = np.concatenate([torch.softmax(torch.as_tensor(s["topk_logits"], dtype=torch.float32), -1)[:, 0].numpy()
                          for s in kept])

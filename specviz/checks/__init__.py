@@ -330,9 +330,9 @@ def check_distill_args(a) -> None:
     for path in a.text or []:
         if not Path(path).expanduser().exists():
             raise SpecvizError(f"--text {path!r}: no such file or folder")
-    from specviz.models.distilled import DEFAULT_LAYERS, DRAFT_FILE
+    from specviz.models.distilled import DRAFT_FILE, draft_depth
 
-    layers = a.layers if a.layers is not None else DEFAULT_LAYERS[a.kind]
+    layers = draft_depth(a.kind, a.layers)
     for flag, path in (("--vocab-from", a.vocab_from), ("--init-from", a.init_from)):
         if path and not (Path(path).expanduser() / DRAFT_FILE).is_file():
             raise SpecvizError(f"{flag} {path!r} is not a distilled draft (no {DRAFT_FILE})")

@@ -27,7 +27,7 @@ from specviz.distill.report import build_report, format_report, readme
 from specviz.distill.text import label_text, read_text_samples
 from specviz.distill.train import init_from_draft, train
 from specviz.engine.proposers import FeatureDraft, ModelDraft
-from specviz.models.distilled import DEFAULT_LAYERS, load_distilled_draft, save_draft
+from specviz.models.distilled import draft_depth, load_distilled_draft, save_draft
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,8 +241,7 @@ def cmd_distill(a) -> int:
     from specviz.prompts.gen import freeform_prompts
     from specviz.run import get_model
 
-    if a.layers is None:
-        a.layers = DEFAULT_LAYERS[a.kind]
+    a.layers = draft_depth(a.kind, a.layers)
     ks = _validate(a)
     kind = KINDS[a.kind]
     if a.threads:

@@ -167,13 +167,16 @@ def build_feature(target, vocab_map: list[int], layers: int, layer_ids: list[int
 # at output positions, the target's top-k distribution)
 
 
+def trainable(s: dict) -> bool:
+    """A sample gives feature-draft positions: at least one output token after a prompt of two or more."""
+    return len(s["output_ids"]) >= 1 and len(s["prompt_ids"]) >= 2
+
+
 def feature_tensors(samples, vocab_map: list[int], vocab_size: int) -> list[dict]:
     inv = inverse_map(vocab_map, vocab_size)
     out = []
-    for s in samples:
+    for s in filter(trainable, samples):
         n, P = len(s["output_ids"]), len(s["prompt_ids"])
-        if n < 1 or P < 2:
-            continue
         toks = s["prompt_ids"] + s["output_ids"]
         F = s["features"]  # [P + n - 1, H]: f_0 .. f_{P+n-2}
         M = P + n - 2  # draft positions 1 .. P+n-2

@@ -31,6 +31,11 @@ DRAFT_FILE = "specviz_draft.json"
 DEFAULT_LAYERS = {"token": 2, "feature": 1}  # distill --layers when not given, per --kind
 
 
+def draft_depth(kind: str, layers: int | None) -> int:
+    """distill's draft depth: --layers as given, else the kind's default."""
+    return layers if layers is not None else DEFAULT_LAYERS[kind]
+
+
 class MappedHead(nn.Module):
     """Linear(hidden -> n_map) scattered into the full target vocabulary; unmapped tokens = -inf.
 
