@@ -73,10 +73,11 @@ def widen_feature(src: Path, dst: Path, target, size: int) -> list[int]:
     E = target.model.lm_head.weight.detach()  # [V, hidden]
     new_map = sorted(old_map + [t for t in range(E.shape[0]) if t not in have][: size - len(old_map)])
     shutil.copytree(src, dst, dirs_exist_ok=True)
-    weights = load_file(str(src / "model.safetensors"))
-    assert torch.equal(weights["lm_head.weight"].float(), E[old_map].to(torch.bfloat16).float()), "head is not the target's"
-    weights["lm_head.weight"] = E[new_map].to(torch.bfloat16).contiguous()  # [size, hidden]
-    save_file(weights, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    if meta.get("head") != "from_target":  # older drafts store the rows: check them, store the new ones
+        weights = load_file(str(src / "model.safetensors"))
+        assert torch.equal(weights["lm_head.weight"].float(), E[old_map].to(torch.bfloat16).float()), "head is not the target's"
+        weights["lm_head.weight"] = E[new_map].to(torch.bfloat16).contiguous()  # [size, hidden]
+        save_file(weights, str(dst / "model.safetensors"), metadata={"format": "pt"})
     (dst / DRAFT_FILE).write_text(json.dumps({**meta, "vocab_map": new_map}))
     return new_map
 

@@ -203,6 +203,58 @@ def test_feature_draft_command_trains_saves_and_loads_as_a_feature_draft(feature
     assert proposed and set(proposed) <= vmap
 
 
+def test_a_feature_draft_stores_no_output_rows_and_loads_the_targets_own(feature_distilled, target):
+    """A feature draft's head is the target's frozen rows for its map: distill leaves them out of
+    model.safetensors ("head": "from_target") and the loader rebuilds them from the target."""
+    from safetensors import safe_open
+
+    out, _ = feature_distilled
+    meta = json.loads((out / DRAFT_FILE).read_text())
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert "lm_head.weight" not in f.keys() and "fc.weight" in f.keys()
+    assert meta["head"] == "from_target"
+    loaded = load_distilled_draft(out, target)
+    rows = target.model.get_output_embeddings().weight[meta["vocab_map"]]  # [n_map, hidden]
+    assert torch.equal(loaded.model.lm_head.weight, rows)
+
+
+def test_a_stored_head_draft_and_its_stripped_copy_draft_the_same(feature_distilled, target, tmp_path):
+    """bench/head_from_target.py turns a draft that stores the target's rows (the older format, still
+    loaded) into one that does not, and both propose the same tokens; rows that are not the target's
+    are refused."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    from specviz.run import make_proposer
+
+    spec = importlib.util.spec_from_file_location("head_from_target", Path(__file__).parents[1] / "bench" / "head_from_target.py")
+    strip = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(strip)
+    out, _ = feature_distilled
+    stored, bad = tmp_path / "stored", tmp_path / "bad"
+    for d in (stored, bad):
+        shutil.copytree(out, d)
+        meta = json.loads((d / DRAFT_FILE).read_text())
+        weights = load_file(str(d / "model.safetensors"))
+        rows = target.model.get_output_embeddings().weight[meta["vocab_map"]].to(torch.bfloat16)  # [n_map, hidden]
+        weights["lm_head.weight"] = rows if d == stored else rows.flip(0).contiguous()
+        save_file(weights, str(d / "model.safetensors"))
+        (d / DRAFT_FILE).write_text(json.dumps({k: v for k, v in meta.items() if k != "head"}))
+    ids = encode_prompts(target.tokenizer, ["Explain what a lighthouse does.", "List three uses of salt."])
+    before = decode(target, ids, make_proposer(str(stored), target), 3, max_new=16)[1]
+    strip.strip_head(stored, target)
+    assert json.loads((stored / DRAFT_FILE).read_text())["head"] == "from_target"
+    assert "lm_head.weight" not in load_file(str(stored / "model.safetensors"))
+    after = decode(target, ids, make_proposer(str(stored), target), 3, max_new=16)[1]
+    drafted = [[r["draft_tokens"] for s in steps for r in s["rows"]] for steps in (before, after)]
+    assert drafted[0] == drafted[1] and any(drafted[0])
+    with pytest.raises(SystemExit, match="not the target's"):
+        strip.strip_head(bad, target)
+
+
 def test_a_two_layer_feature_draft_continued_from_a_one_layer_one_drafts_the_same_at_step_0(feature_distilled, target,
                                                                                               tmp_path):
     """distill --kind feature --layers 2 --init-from a one-layer feature draft: the extra layer starts as an

@@ -129,7 +129,9 @@ all others get logit -inf and are never proposed).
 ```
 
 Files: `config.json` (LlamaConfig; vocab_size is the target's), `model.safetensors` (the draft's
-own weights, bf16; `lm_head.weight` is [n_map, hidden]), `specviz_draft.json`, tokenizer files,
+own weights, bf16; `lm_head.weight` is [n_map, hidden], or absent when `specviz_draft.json` says
+`"head": "from_target"`: a feature draft's frozen head, rebuilt from the target's rows at load),
+`specviz_draft.json`, tokenizer files,
 `report.json` (all numbers, loss and held-out curves). The seed, the data and `--steps` fix the
 weights (same device and thread count); a run the time budget ended says so in `report.json`
 ("stopped_by"). Timings on a shared CPU are noisy.

@@ -19,19 +19,20 @@ import torch
 
 def init_from_target(draft, target_model, layer_ids: list[int]) -> None:
     """Start from target layers ``layer_ids``, its final norm, and its output rows for the map."""
+    from specviz.models.distilled import target_head_rows
+
     src = target_model.model
     with torch.no_grad():
         for dst, i in zip(draft.model.layers, layer_ids):
             dst.load_state_dict(src.layers[i].state_dict())
         draft.model.norm.load_state_dict(src.norm.state_dict())
-        out = target_model.get_output_embeddings().weight  # [V, hidden] (tied: the embedding)
-        draft.lm_head.weight.copy_(out[draft.lm_head.vocab_map].float())
+        draft.lm_head.weight.copy_(target_head_rows(target_model, draft.lm_head.vocab_map.tolist()).float())
 
 
 def init_from_draft(draft, path) -> dict:
     """Continue from a distilled draft's weights (``distill --init-from``): every layer and norm
     as saved; its head rows for the tokens both maps hold, the target's rows (init_from_target)
-    for the rest. The saved draft must have this draft's kind and at most its depth: a deeper
+    for the rest (all of them when its head is the target's, ``"head": "from_target"``). The saved draft must have this draft's kind and at most its depth: a deeper
     draft's extra layers go on top as identities (their attention and MLP outputs zero, so the
     residual passes through), and at step 0 it computes what the saved draft computes. Returns
     what was copied."""
@@ -43,15 +44,18 @@ def init_from_draft(draft, path) -> dict:
     p = Path(path).expanduser()
     if not (p / DRAFT_FILE).is_file() or not (p / "model.safetensors").is_file():
         raise SpecvizError(f"--init-from {path!r} is not a distilled draft (no {DRAFT_FILE} and model.safetensors)")
-    old_map = json.loads((p / DRAFT_FILE).read_text()).get("vocab_map") or []
+    meta = json.loads((p / DRAFT_FILE).read_text())
+    old_map = meta.get("vocab_map") or []
     saved = load_file(str(p / "model.safetensors"))
+    head_from_target = meta.get("head") == "from_target"  # no rows saved: they are the target's, as built here
     n_saved = len({k.split(".")[2] for k in saved if k.startswith("model.layers.")})
     added = [f"model.layers.{i}." for i in range(n_saved, len(draft.model.layers))]
     mine = {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens.")}
     body = {k for k in mine if k != "lm_head.weight" and not k.startswith(tuple(added))}
     wrong = sorted(k for k in body if k not in saved or saved[k].shape != mine[k].shape)
     extra = sorted(k for k in saved if k not in mine)
-    if wrong or extra or "lm_head.weight" not in saved or saved["lm_head.weight"].shape[0] != len(old_map):
+    head_saved = "lm_head.weight" in saved and saved["lm_head.weight"].shape[0] == len(old_map)
+    if wrong or extra or not (head_saved or head_from_target):
         raise SpecvizError(f"--init-from {path!r} does not fit this draft (--kind and the target must match, and "
                            f"--layers be at least its depth): {len(wrong)} weights missing or of another shape, "
                            f"{len(extra)} unknown" + (f" (e.g. {(wrong or extra)[0]})" if wrong or extra else ""))
@@ -60,7 +64,7 @@ def init_from_draft(draft, path) -> dict:
     both = [(i, at[t]) for i, t in enumerate(new_map) if t in at]
     with torch.no_grad():
         draft.load_state_dict({k: saved[k].float() for k in body}, strict=False)
-        if both:
+        if both and head_saved:
             dst, src = (torch.as_tensor(x) for x in zip(*both))
             draft.lm_head.weight[dst] = saved["lm_head.weight"][src].float().to(draft.lm_head.weight.device)
         for layer in draft.model.layers[n_saved:]:

@@ -8,8 +8,11 @@ feature at the previous position (:func:`fused_input`).
 
 Saved layout (Hugging Face style):
     DIR/config.json          LlamaConfig: vocab_size = the target's, tie_word_embeddings = false
-    DIR/model.safetensors    the draft's own weights in bf16; lm_head.weight is [n_map, hidden]
-    DIR/specviz_draft.json   {"format", "target", "embedding": "from_target", "vocab_map": [ids], "kind"...}
+    DIR/model.safetensors    the draft's own weights in bf16; lm_head.weight is [n_map, hidden], absent when
+                             the head is the target's own output rows for the map (``"head": "from_target"``:
+                             a feature draft's frozen head, rebuilt from the target at load)
+    DIR/specviz_draft.json   {"format", "target", "embedding": "from_target", "vocab_map": [ids], "kind",
+                              "head"...}
     DIR/tokenizer files, report.json, README.md
 """
 
@@ -87,12 +90,29 @@ def own_state_dict(draft) -> dict[str, torch.Tensor]:
     return {k: v.detach().to(torch.bfloat16).contiguous() for k, v in sd.items()}
 
 
+def target_head_rows(target_model, vocab_map) -> torch.Tensor:
+    """The target's own output rows for the map: [n_map, hidden], in the target's dtype."""
+    out = target_model.get_output_embeddings().weight.detach()  # [V, hidden] (tied: the embedding)
+    return out[torch.as_tensor(vocab_map, dtype=torch.long, device=out.device)]  # [n_map, hidden]
+
+
+def head_is_targets(draft, target_model) -> bool:
+    """True when the draft's head is frozen and holds the target's own rows (in bf16, as saved):
+    then save_draft leaves it out and the loader rebuilds it from the target."""
+    head = draft.lm_head
+    if head.weight.requires_grad:
+        return False
+    rows = target_head_rows(target_model, head.vocab_map.tolist()).to(head.weight.device)
+    return torch.equal(head.weight.detach().to(torch.bfloat16), rows.to(torch.bfloat16))
+
+
 def embedding_fingerprint(embedding: nn.Embedding) -> float:
     """A cheap check that a target's embedding is the one the draft was trained on."""
     return float(embedding.weight.detach()[:512].float().abs().mean())
 
 
 def save_draft(draft, out: Path, target, vocab_map: list[int], extra: dict | None = None) -> None:
+    """Write the draft; a head that is the target's own rows (:func:`head_is_targets`) is not stored."""
     from safetensors.torch import save_file
 
     import copy
@@ -101,10 +121,13 @@ def save_draft(draft, out: Path, target, vocab_map: list[int], extra: dict | Non
     config = copy.deepcopy(draft.config)
     config.dtype = torch.bfloat16  # what the safetensors hold, whatever precision training ran in
     config.to_json_file(out / "config.json")
-    save_file(own_state_dict(draft), str(out / "model.safetensors"), metadata={"format": "pt"})
+    from_target = head_is_targets(draft, target.model)
+    weights = {k: v for k, v in own_state_dict(draft).items() if not (from_target and k == "lm_head.weight")}
+    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     meta = {"format": DRAFT_FORMAT, "version": 1, "target": target.spec, "target_name": target.name,
             "embedding": "from_target", "embedding_fingerprint": embedding_fingerprint(target.model.get_input_embeddings()),
-            "vocab_size": int(draft.config.vocab_size), "vocab_map": [int(t) for t in vocab_map], **(extra or {})}
+            "vocab_size": int(draft.config.vocab_size), "vocab_map": [int(t) for t in vocab_map],
+            **({"head": "from_target"} if from_target else {}), **(extra or {})}
     (out / DRAFT_FILE).write_text(json.dumps(meta))
     try:
         target.tokenizer.save_pretrained(out)
@@ -170,8 +193,13 @@ def load_distilled_draft(path, target) -> DistilledDraft:
     elif kind != "token":
         raise SpecvizError(f"{path}/{DRAFT_FILE}: unknown draft kind {kind!r}")
     sd = load_file(str(p / "model.safetensors"))
+    head_from_target = meta.get("head") == "from_target"
+    if head_from_target:
+        with torch.no_grad():
+            model.lm_head.weight.copy_(target_head_rows(target.model, meta["vocab_map"]).float())
     missing, unexpected = model.load_state_dict(sd, strict=False)
-    missing = [k for k in missing if not k.startswith("model.embed_tokens.")]
+    rebuilt = ("model.embed_tokens.", *(("lm_head.weight",) if head_from_target else ()))
+    missing = [k for k in missing if not k.startswith(rebuilt)]
     if missing or unexpected:
         raise SpecvizError(f"draft {path}: weights do not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
     model.to(device=target.device, dtype=target.dtype).eval()
