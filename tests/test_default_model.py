@@ -57,31 +57,44 @@ def test_shipped_distilled_draft_greedy_equals_batch_one_greedy(target, prompt_i
     assert_exact_or_near_tie(check_exactness(target, draft, prompt_ids, batch_size, k, MAX_NEW, references))
 
 
-@pytest.mark.parametrize("batch_size,k", [(1, 1), (8, 3)])
-def test_shipped_feature_draft_greedy_equals_batch_one_greedy(target, prompt_ids, references, batch_size, k):
-    """The feature draft in specviz/assets (not the default), run in fp32: it reads the target's hidden states."""
-    from specviz.engine.proposers import FeatureDraft
-    from specviz.run import FEATURE_DRAFT_DIR, make_proposer
+@pytest.mark.parametrize("name,batch_size,k", [("FEATURE_DRAFT_DIR", 1, 1), ("FEATURE_DRAFT_DIR", 8, 3),
+                                                ("FEATURE2_DRAFT_DIR", 1, 2), ("FEATURE2_DRAFT_DIR", 8, 4)])
+def test_shipped_feature_drafts_greedy_equals_batch_one_greedy(target, prompt_ids, references, name, batch_size, k):
+    """The feature drafts in specviz/assets (not the default), run in fp32: they read the target's hidden
+    states, and their output rows are rebuilt from the target's ("head": "from_target")."""
+    import json
 
-    draft = make_proposer(str(FEATURE_DRAFT_DIR), target)
+    from specviz import run
+    from specviz.engine.proposers import FeatureDraft
+    from specviz.run import make_proposer
+
+    path = getattr(run, name)
+    assert json.loads((path / "specviz_draft.json").read_text())["head"] == "from_target"
+    draft = make_proposer(str(path), target)
     assert isinstance(draft, FeatureDraft)
     assert_exact_or_near_tie(check_exactness(target, draft, prompt_ids, batch_size, k, MAX_NEW, references))
 
 
-def test_shipped_feature_draft_is_the_file_its_readme_describes_made_by_a_seeded_command():
+@pytest.mark.parametrize("name,flags", [
+    ("FEATURE_DRAFT_DIR", ("--kind feature", "--seed 3", "--steps 2500", "--samples 9216", "--text-tokens 300000")),
+    ("FEATURE2_DRAFT_DIR", ("--kind feature", "--layers 2", "--seed 7", "--steps 1500", "--samples 4077",
+                            "--prompts natural")),
+])
+def test_shipped_feature_drafts_are_the_files_their_readmes_describe_made_by_seeded_commands(name, flags):
     import hashlib
     import json
 
-    from specviz.run import FEATURE_DRAFT_DIR
+    from specviz import run
 
-    report = json.loads((FEATURE_DRAFT_DIR / "report.json").read_text())
+    path = getattr(run, name)
+    report = json.loads((path / "report.json").read_text())
     assert report["training"]["stopped_by"] == "steps" and report["args"]["time_budget_min"] is None
     assert report["args"]["gen_budget_min"] is None and report["args"]["kind"] == "feature"
-    readme = (FEATURE_DRAFT_DIR / "README.md").read_text()
-    sha = hashlib.sha256((FEATURE_DRAFT_DIR / "model.safetensors").read_bytes()).hexdigest()
+    readme = (path / "README.md").read_text()
+    sha = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
     assert f"sha256 `{sha}`" in readme
     one_line = " ".join(readme.replace("\\\n", " ").split())
-    for flag in ("--kind feature", "--seed 3", "--steps 2500", "--samples 9216", "--text-tokens 300000"):
+    for flag in flags:
         assert flag in one_line and flag in report["command"]
 
 
