@@ -32,7 +32,8 @@ def test_the_cpu_smoke_sends_a_draft_back_in_parts_that_join_into_a_loadable_dra
     assert all(f.stat().st_size <= 16 * 2**20 for f in files)
     assert sum(f.stat().st_size for f in files) <= 64 * 2**20
     command = json.loads((out / "report.json").read_text())["command"]
-    for flag in ("--kind feature", "--init-from specviz/assets/feature-draft-SmolLM2-135M-Instruct", "--seed 2",
+    for flag in ("--kind feature", "--init-from specviz/assets/feature-draft-2l-SmolLM2-135M-Instruct", "--seed 2",
+                 "--layers 2",
                  "--prompts mixed"):
         assert flag in command
 
