@@ -33,8 +33,8 @@ with st.sidebar:
     st.selectbox("Draft", ["default", "ngram", "none", "model"], key="draft_kind",
                   format_func={"default": "default", "ngram": "n-grams (prompt lookup)",
                                "none": "none (regular)", "model": "a model SPEC…"}.get,
-                  help="`default` = the best cheap draft measured for the target: for the packaged target in bf16 "
-                       "the shipped two-layer feature draft for chains (its token draft for token trees), the target itself in bf16 when it runs in fp32, else "
+                  help="`default` = the best cheap draft measured for the target: the shipped distilled draft for "
+                       "the packaged target in bf16, the target itself in bf16 when it runs in fp32, else "
                        "prompt-lookup n-grams. `none` = regular decoding.")
     if st.session_state.get("draft_kind") == "model":
         st.text_input("Draft model SPEC", key="draft_spec", placeholder="org/name, a directory or a .gguf file")

@@ -165,27 +165,22 @@ def _model_facts(loaded, shares_with=None) -> dict:
     return {"layers": layers, "params": loaded.num_params, "own_params": own}
 
 
-# The drafts shipped for the packaged target (each README has its seeded command, data and held-out metrics).
-# A token draft (2 layers on tokens alone): `default` for token trees, which a feature draft cannot grow.
-TOKEN_DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft-SmolLM2-135M-Instruct"
-# A feature draft (EAGLE-style, one layer fed the target's hidden states); chains only.
-FEATURE_DRAFT_DIR = TOKEN_DRAFT_DIR.parent / "feature-draft-SmolLM2-135M-Instruct"
-# The same with a second layer, trained on natural prompts: `default` for chains, as it ran faster than the
-# token draft on free-form chat at B = 1 and B = 8, interleaved (BENCHMARKS.md); chains only.
-FEATURE2_DRAFT_DIR = TOKEN_DRAFT_DIR.parent / "feature-draft-2l-SmolLM2-135M-Instruct"
+# The distilled draft shipped for the packaged target (specviz distill on an H200; its README has
+# the command, data and held-out metrics).
+DEFAULT_DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft-SmolLM2-135M-Instruct"
+# A feature draft (EAGLE-style) for the packaged target: accepts more on free-form chat, not the default
+# (its README says why); chains only
+FEATURE_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-SmolLM2-135M-Instruct"
+# The same with a second layer, trained on natural prompts: faster than the token draft on free-form chat
+# at B = 1 and B = 8 (its README); chains only
+FEATURE2_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-2l-SmolLM2-135M-Instruct"
 
 
-def uses_trees(cfg: "RunConfig") -> bool:
-    """The run drafts token trees (a tree width above 1, or the tree controller's shapes)."""
-    return cfg.tree_width > 1 or cfg.controller == "tree"
-
-
-def resolve_draft_spec(draft: str, target, trees: bool = False) -> str:
+def resolve_draft_spec(draft: str, target) -> str:
     """`default` draft: the best cheap draft measured so far for this target (BENCHMARKS.md).
 
-    - packaged target in bf16/fp16: for chains the two-layer feature draft (free-form chat
-      acceptance 0.44 at k = 1 against the token draft's 0.35; 1.33x against 1.08x at B = 1), for
-      token ``trees`` the token draft, since a feature draft drafts chains only;
+    - packaged target in bf16/fp16: the shipped distilled draft (2 layers, c ~ 0.09; 1.15-1.33x
+      at B = 1 on chat prompts, n-grams 1.26x);
     - a target in float32: its own weights in bfloat16 (acceptance ~0.97 at about half the cost);
     - otherwise prompt-lookup n-grams.
     """
@@ -193,16 +188,13 @@ def resolve_draft_spec(draft: str, target, trees: bool = False) -> str:
         return draft
     if target.dtype == torch.float32:
         return "default@bf16"
-    shipped = TOKEN_DRAFT_DIR if trees else FEATURE2_DRAFT_DIR
-    if target.spec == "default" and (shipped / "model.safetensors").is_file():
-        return str(shipped)
+    if target.spec == "default" and (DEFAULT_DRAFT_DIR / "model.safetensors").is_file():
+        return str(DEFAULT_DRAFT_DIR)
     return "ngram"
 
 
-def make_proposer(draft: str, target, stop_below: float = 0.0, trees: bool = False):
-    """The proposer for a draft SPEC beside a loaded target; ``trees``: the run drafts token trees
-    (it picks the `default` draft)."""
-    spec = resolve_draft_spec(draft, target, trees)
+def make_proposer(draft: str, target, stop_below: float = 0.0):
+    spec = resolve_draft_spec(draft, target)
     if spec == "none":
         return None
     if spec == "ngram" or spec.startswith("ngram:"):
@@ -223,7 +215,7 @@ def make_proposer(draft: str, target, stop_below: float = 0.0, trees: bool = Fal
 
 def load_pair(cfg: RunConfig):
     target = get_model(cfg.target, cfg.device, cfg.dtype, cfg.device_map)
-    proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target, cfg.draft_confidence, uses_trees(cfg))
+    proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target, cfg.draft_confidence)
     return target, proposer
 
 
@@ -286,7 +278,7 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
         cargs = {"w_max": cfg.tree_width, "n_max": cfg.tree_nodes, **cargs}
     controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cargs)
     tree = None
-    if uses_trees(cfg) and proposer is not None:
+    if (cfg.tree_width > 1 or shapes) and proposer is not None:
         if not hasattr(proposer, "propose_tree") or getattr(proposer, "wants_features", False):
             flag = "--controller tree" if shapes else f"--tree-width {cfg.tree_width}"
             raise SpecvizError(f"{flag} needs a draft that grows trees (a token model draft or ngram); "

@@ -51,9 +51,9 @@ def test_bf16_draft_greedy_equals_batch_one_greedy(target, prompt_ids, reference
 @pytest.mark.parametrize("batch_size,k", [(1, 2), (8, 4)])
 def test_shipped_distilled_draft_greedy_equals_batch_one_greedy(target, prompt_ids, references, batch_size, k):
     """The draft shipped in specviz/assets (the `default` draft of a bf16 target), run in fp32."""
-    from specviz.run import TOKEN_DRAFT_DIR, make_proposer
+    from specviz.run import DEFAULT_DRAFT_DIR, make_proposer
 
-    draft = make_proposer(str(TOKEN_DRAFT_DIR), target)
+    draft = make_proposer(str(DEFAULT_DRAFT_DIR), target)
     assert_exact_or_near_tie(check_exactness(target, draft, prompt_ids, batch_size, k, MAX_NEW, references))
 
 
@@ -98,19 +98,14 @@ def test_shipped_feature_drafts_are_the_files_their_readmes_describe_made_by_see
         assert flag in one_line and flag in report["command"]
 
 
-def test_default_draft_is_the_two_layer_feature_draft_for_chains_and_the_token_draft_for_trees():
-    from specviz.engine.proposers import FeatureDraft
+def test_default_draft_is_the_shipped_one_for_a_bf16_default_target():
     from specviz.models.distilled import DistilledDraft
-    from specviz.run import FEATURE2_DRAFT_DIR, TOKEN_DRAFT_DIR, RunConfig, make_proposer, resolve_draft_spec, uses_trees
+    from specviz.run import DEFAULT_DRAFT_DIR, make_proposer, resolve_draft_spec
 
     bf16 = get_model("default", "cpu", "bfloat16")
-    assert resolve_draft_spec("default", bf16) == str(FEATURE2_DRAFT_DIR)
-    assert resolve_draft_spec("default", bf16, trees=True) == str(TOKEN_DRAFT_DIR)
-    assert isinstance(make_proposer("default", bf16), FeatureDraft)
-    assert uses_trees(RunConfig(tree_width=2)) and uses_trees(RunConfig(controller="tree"))
-    assert not uses_trees(RunConfig())
-    proposer = make_proposer("default", bf16, trees=True)
-    assert isinstance(proposer.loaded, DistilledDraft) and not getattr(proposer, "wants_features", False)
+    assert resolve_draft_spec("default", bf16) == str(DEFAULT_DRAFT_DIR)
+    proposer = make_proposer("default", bf16)
+    assert isinstance(proposer.loaded, DistilledDraft)
     ids = encode_prompts(bf16.tokenizer, PROMPTS[:2])
     vocab_map = set(proposer.model.lm_head.vocab_map.tolist())
     for row in ids:  # the draft's greedy continuation only ever uses mapped (proposable) ids
@@ -126,16 +121,16 @@ def test_shipped_draft_records_the_seeded_command_that_makes_it():
     import hashlib
     import json
 
-    from specviz.run import TOKEN_DRAFT_DIR
+    from specviz.run import DEFAULT_DRAFT_DIR
 
-    report = json.loads((TOKEN_DRAFT_DIR / "report.json").read_text())
+    report = json.loads((DEFAULT_DRAFT_DIR / "report.json").read_text())
     assert report["training"]["stopped_by"] == "steps" and report["training"]["reproducible"]
     assert report["args"]["time_budget_min"] is None and report["args"]["gen_budget_min"] is None
     assert report["args"]["seed"] == 0 and report["command"].startswith("python -m specviz distill ")
-    readme = (TOKEN_DRAFT_DIR / "README.md").read_text()
+    readme = (DEFAULT_DRAFT_DIR / "README.md").read_text()
     one_line = " ".join(readme.replace("\\\n", " ").split())  # shell line continuations joined
     assert one_line.count(report["command"].removeprefix("python ")) == 1
-    assert hashlib.sha256((TOKEN_DRAFT_DIR / "model.safetensors").read_bytes()).hexdigest() in readme
+    assert hashlib.sha256((DEFAULT_DRAFT_DIR / "model.safetensors").read_bytes()).hexdigest() in readme
 
 
 def test_incompatible_tokenizers_are_refused(target):

@@ -56,7 +56,7 @@ def test_damaged_weights_missing_weights_and_a_missing_tokenizer_each_say_so(tmp
 
 
 def test_a_distilled_draft_given_as_a_target_is_pointed_at_draft():
-    from specviz.run import TOKEN_DRAFT_DIR
+    from specviz.run import DEFAULT_DRAFT_DIR
 
     with pytest.raises(SpecvizError, match="is a distilled draft .*as --draft"):
-        load_model(str(TOKEN_DRAFT_DIR), "cpu", "float32")
+        load_model(str(DEFAULT_DRAFT_DIR), "cpu", "float32")
