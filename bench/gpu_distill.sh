@@ -14,10 +14,10 @@
 #
 # One seeded distill command (recorded in the draft's report.json): --prompts mixed chat answers,
 # continued from a shipped draft's weights, generation and training each under a time budget so the
-# call ends in time. KIND=feature (the default) continues the default draft for chains, the two-layer
+# call ends in time. KIND=feature (the default) continues the best feature draft so far, the two-layer
 # feature draft (specviz/assets/feature-draft-2l-...): feature drafts' held-out agreement was still rising
 # with more data, where the token draft's stalled near 0.48 (BENCHMARKS.md). KIND=token continues
-# the token draft (the default for token trees) with its head widened to 24,576 tokens (~97% of free-form target tokens; the new
+# the token draft (the `default`) with its head widened to 24,576 tokens (~97% of free-form target tokens; the new
 # rows start as the target's own). The generation budget decides how many
 # samples there are (one worker takes the seeded prompts in order, so report.json's sample count N
 # and `--samples N` without the budget give the same data); 3,000 training steps should end well
@@ -37,8 +37,8 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_distill: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-SHIPPED=specviz/assets/draft-SmolLM2-135M-Instruct  # the token draft: the default for token trees
-FEATURE=specviz/assets/feature-draft-2l-SmolLM2-135M-Instruct  # the default for chains: what a new one must beat
+SHIPPED=specviz/assets/draft-SmolLM2-135M-Instruct  # the default draft: what a new one must beat
+FEATURE=specviz/assets/feature-draft-2l-SmolLM2-135M-Instruct  # the best feature draft so far
 KIND=${KIND:-feature}
 case $KIND in
   feature) DRAFT_ARGS="--kind feature --layers 2 --init-layers 29,29 --init-from $FEATURE --vocab 8192 --vocab-from $FEATURE" ;;
@@ -56,7 +56,7 @@ if [ -n "$JOIN" ]; then  # here: reassemble the draft from the parts that came b
   rm -rf "$dest" && mkdir -p "$dest" && cat "$JOIN"/draft.tgz.part-* | tar -C "$dest" -xzf - || exit 2
   echo "gpu_distill: the draft is in $dest; next, on this CPU:"
   echo "  .venv/bin/python bench/exactness.py --drafts $dest"
-  arms="token:$SHIPPED:1,token:$SHIPPED:2,default:$FEATURE:1,default:$FEATURE:2,new:$dest:1,new:$dest:2"
+  arms="token:$SHIPPED:1,token:$SHIPPED:2,feature2:$FEATURE:1,feature2:$FEATURE:2,new:$dest:1,new:$dest:2"
   echo "  .venv/bin/python bench/drafts.py --batch-size 8 --rounds 3 --prompts bench/results/continued-draft-2026-12-01/freeform.jsonl --arms $arms"
   echo "  .venv/bin/python bench/drafts.py --batch-size 1 --rounds 3 --prompts bench/results/continued-draft-2026-12-01/freeform.jsonl --arms $arms"
   exit 0
