@@ -1,6 +1,7 @@
-# After run.sh: the continued draft against the token draft and the draft it continued (the default for
-# chains), on the 24 hand-written free-form prompts neither saw, interleaved in one process at B = 1 and
-# B = 8; then its fp32 exactness. From the checkout, on an idle machine.
+# After run.sh: the continued draft against the token draft (`default`) and the draft it continued, on the
+# 24 hand-written free-form prompts neither saw, interleaved in one process at B = 1 and B = 8; then its fp32
+# exactness. From the checkout, on an idle machine. (head_from_target.py had nothing to drop, so head.log is
+# empty: a draft continued from one whose head is the target's is saved without stored rows already.)
 set -e
 D=/work/fd7/draft R=bench/results/feature-draft-continued2-2026-12-03
 P=bench/results/continued-draft-2026-12-01/freeform.jsonl
