@@ -9,6 +9,9 @@ time, and greedy rows equal to regular decoding's.
 
     flock /tmp/specviz-cpu.lock python bench/trees.py --batch-size 1 --rounds 3 \
         --chains 1,2,3 --trees 3:2:6,4:3:10,5:4:16 [--policies 3:4:12]
+
+``--drafts LABEL:SPEC,...`` runs the chain and tree arms for each draft (default: ``default``), all
+in the same rounds: a token draft's trees against a feature draft's (EAGLE-2), for one.
 """
 
 import argparse
@@ -43,6 +46,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--chains", default="1,2,3", help="chain draft lengths k")
     ap.add_argument("--trees", default="3:2:6,4:3:10", help="K:W:N,... depth, width, nodes per row")
+    ap.add_argument("--drafts", default="default", help="LABEL:SPEC,... (or SPEC): the drafts whose chains and trees run")
     ap.add_argument("--policies", default="", help="K:W:N,... the tree controller (--controller tree) with these "
                     "bounds: it picks depth, width and nodes per step from the pair's calibration")
     a = ap.parse_args()
@@ -51,18 +55,25 @@ def main() -> None:
                      dtype=a.dtype)
     base.validate()
     target = get_model(base.target, base.device, base.dtype)
-    draft = make_proposer("default", target)
+    drafts = {}
+    for item in filter(None, (x.strip() for x in a.drafts.split(","))):
+        label, spec = item.split(":", 1) if ":" in item else ("", item)
+        drafts[label] = make_proposer(spec, target)
     configs = {"regular": (dataclasses.replace(base, mode="regular"), None)}
-    for k in map(int, filter(None, a.chains.split(","))):
-        configs[f"chain k={k}"] = (dataclasses.replace(base, draft_length=k), draft)
-    for item in filter(None, a.trees.split(",")):
-        k, w, n = map(int, item.split(":"))
-        configs[f"tree k={k} W={w} N={n}"] = (dataclasses.replace(base, draft_length=k, tree_width=w, tree_nodes=n), draft)
-    for item in filter(None, a.policies.split(",")):
-        k, w, n = map(int, item.split(":"))
-        configs[f"tree policy k<={k} W<={w} N<={n}"] = (dataclasses.replace(
-            base, draft_length=k, tree_width=w, tree_nodes=n, controller="tree"), draft)
-    print(f"target {target.name} ({target.dtype}, {target.device}); draft {draft.name}; B={a.batch_size}; "
+    for label, draft in drafts.items():
+        name = f"{label} " if label else ""
+        for k in map(int, filter(None, a.chains.split(","))):
+            configs[f"{name}chain k={k}"] = (dataclasses.replace(base, draft_length=k), draft)
+        for item in filter(None, a.trees.split(",")):
+            k, w, n = map(int, item.split(":"))
+            configs[f"{name}tree k={k} W={w} N={n}"] = (
+                dataclasses.replace(base, draft_length=k, tree_width=w, tree_nodes=n), draft)
+        for item in filter(None, a.policies.split(",")):
+            k, w, n = map(int, item.split(":"))
+            configs[f"{name}tree policy k<={k} W<={w} N<={n}"] = (dataclasses.replace(
+                base, draft_length=k, tree_width=w, tree_nodes=n, controller="tree"), draft)
+    names = ", ".join(d.name for d in drafts.values())
+    print(f"target {target.name} ({target.dtype}, {target.device}); drafts {names}; B={a.batch_size}; "
           f"{len(base.prompts)} prompts, {a.max_new_tokens} new tokens; rounds {a.rounds}; "
           f"torch threads {__import__('torch').get_num_threads()}", flush=True)
     for cfg, prop in configs.values():  # warm-up: every arm's shapes once

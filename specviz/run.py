@@ -169,10 +169,10 @@ def _model_facts(loaded, shares_with=None) -> dict:
 # the command, data and held-out metrics).
 DEFAULT_DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft-SmolLM2-135M-Instruct"
 # A feature draft (EAGLE-style) for the packaged target: accepts more on free-form chat, not the default
-# (its README says why); chains only
+# (its README says why)
 FEATURE_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-SmolLM2-135M-Instruct"
 # The same with a second layer, trained on natural prompts and Python docs: accepts most on free-form chat
-# (0.47 at k = 1), faster than the token draft at B = 1 but not at B = 8 on an EPYC (its README); chains only
+# (0.47 at k = 1), faster than the token draft at B = 1 but not at B = 8 on an EPYC (its README)
 FEATURE2_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-2l-SmolLM2-135M-Instruct"
 
 
@@ -279,9 +279,9 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cargs)
     tree = None
     if (cfg.tree_width > 1 or shapes) and proposer is not None:
-        if not hasattr(proposer, "propose_tree") or getattr(proposer, "wants_features", False):
+        if not hasattr(proposer, "propose_tree"):
             flag = "--controller tree" if shapes else f"--tree-width {cfg.tree_width}"
-            raise SpecvizError(f"{flag} needs a draft that grows trees (a token model draft or ngram); "
+            raise SpecvizError(f"{flag} needs a draft that grows trees (a model draft or ngram); "
                                f"{proposer.name} drafts chains only: use " + ("another --controller" if shapes else "--tree-width 1"))
         from specviz.engine.treestep import TreeShape
 

@@ -157,6 +157,18 @@ class ModelDraft:
         self.pending = [self.pending[i] for i in host_rows]
 
     # ---- token trees (specviz.engine.treedraft) ------------------------------------------------
+    def _tree_root(self) -> torch.Tensor | None:
+        """A tree's first forward: the pending tokens -> the root's next-token logits [B, V_draft]."""
+        ids, valid = self._first_input()
+        return self.kv.forward(ids, valid, last_only=True, counts=self._counts)[:, -1]
+
+    def _tree_feed(self, tok: torch.Tensor, positions: torch.Tensor, tail_mask: torch.Tensor,
+                   came_from: torch.Tensor | None) -> torch.Tensor:
+        """Feed a tree's frontier tok [B, W] (each sees its ancestors: tail_mask) -> logits [B, W, V_draft]."""
+        B, W = tok.shape
+        return self.kv.forward(tok, torch.ones(B, W, dtype=torch.bool, device=self.device), positions=positions,
+                               tail_mask=tail_mask, counts=[W] * B)
+
     def propose_tree(self, contexts, k: int, width: int, nodes: int, params: SamplingParams):
         """Every row's EAGLE-2 tree: depth <= k, top-``width`` children, ``nodes`` kept (a TokenTree)."""
         return treedraft.propose_tree(self, k, width, nodes)
@@ -191,7 +203,7 @@ class FeatureDraft(ModelDraft):
         self.pending_f = [hidden[i][valid[i]] if hidden is not None else torch.zeros(0, H, device=self.device)
                           for i in range(B)]
         self._fed = self._proposed = 0
-        self._g = None
+        self._g = self._tree_g = None
 
     def _cannot_draft(self) -> torch.Tensor:
         return torch.tensor([len(p) == 0 for p in self.pending], device=self.device)
@@ -229,6 +241,43 @@ class FeatureDraft(ModelDraft):
         else:
             self.pending, self.pending_f = [list(e) for e in emitted], new_f
         self._fed = self._proposed = 0
+
+    def _tree_root(self) -> torch.Tensor | None:
+        """The pending tokens with their true features; None when a row has none (a 1-token prompt)."""
+        if any(len(p) == 0 for p in self.pending):
+            return None
+        ids, valid, feats = self._first_input()
+        logits = self.kv.forward(None, valid, last_only=True, inputs_embeds=fused_input(self.model, ids, feats))
+        self._tree_g = self.kv.hidden[:, -1:]  # [B, 1, H] the root's predicted feature
+        return logits[:, -1]
+
+    def _tree_feed(self, tok, positions, tail_mask, came_from):
+        """The frontier tok [B, W], each with its parent's predicted feature (the root's at depth 2)."""
+        B, W = tok.shape
+        g = self._tree_g  # [B, 1 or W, H] the previous frontier's predicted features
+        H = g.shape[-1]
+        feats = g.expand(B, W, H) if came_from is None else g.gather(1, came_from.unsqueeze(2).expand(B, W, H))  # [B, W, H]
+        logits = self.kv.forward(None, torch.ones(B, W, dtype=torch.bool, device=self.device), positions=positions,
+                                 tail_mask=tail_mask, inputs_embeds=fused_input(self.model, tok, feats))  # [B, W, V]
+        self._tree_g = self.kv.hidden  # [B, W, H] each frontier node's predicted feature
+        return logits
+
+    def commit_tree(self, paths, emitted, fed_slots, features=None) -> None:
+        """Every fed tree slot goes (its input was a predicted feature); the emitted tokens are queued
+        with the verify's true features: at the root (slot 0) and the accepted path (slot 1 + node)."""
+        if features is None:
+            raise ValueError("FeatureDraft.commit_tree needs the verify's features (the engine passes them)")
+        S = self._tree_fed
+        if S:
+            self.kv.reject_tail(torch.zeros(len(paths), S, dtype=torch.bool, device=self.device))
+        self.kv.maybe_compact()
+        new_f = [features[b, [0] + [1 + i for i in p]] for b, p in enumerate(paths)]  # [1 + a, H] per row
+        if self._tree_g is None:  # no tree this step (_tree_root found a row with nothing to draft from): the backlog grows
+            self.pending = [p + e for p, e in zip(self.pending, emitted)]
+            self.pending_f = [torch.cat([pf, f]) for pf, f in zip(self.pending_f, new_f)]
+        else:
+            self.pending, self.pending_f = [list(e) for e in emitted], new_f
+        self._tree_fed = self._tree_g = None
 
     def select_rows(self, rows: torch.Tensor) -> None:
         super().select_rows(rows)

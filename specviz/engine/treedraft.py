@@ -17,6 +17,12 @@ order, deterministic given the context, which is what the tree rule's exactness 
 Draft cache: the tree's fed slots are the cache's last W (k - 1) slots; ``commit_tree`` keeps
 those on the accepted path and makes the rest holes, and queues the emitted tokens the draft has
 not fed (the ModelDraft invariant: the cache holds the context except ``pending``).
+
+A feature draft (FeatureDraft, EAGLE) grows the same trees: each frontier node is fed with its
+parent's *predicted* feature (the root's for depth 1's children), which is the draft's
+``_tree_feed``. Its ``commit_tree`` drops every fed tree slot, as its chain commit drops every slot
+fed a predicted feature, and queues the emitted tokens with the verify's true features at the root
+and the accepted path.
 """
 
 from __future__ import annotations
@@ -51,12 +57,15 @@ def propose_tree(draft, k: int, W: int, N: int) -> TokenTree:
     rectangular: candidate tensors [B, C] in creation order, no per-row Python. Per candidate:
     token, parent candidate (-1 = the root), cumulative log-probability (score); depth and sibling
     rank are the same in every row."""
-    if getattr(draft, "wants_features", False):
-        raise ValueError("token trees need a token model draft (or n-grams); a feature draft drafts chains")
     dev = draft.device
-    ids, valid = draft._first_input()
-    B = ids.shape[0]
-    vals, toks = _top(draft, draft.kv.forward(ids, valid, last_only=True, counts=draft._counts)[:, -1], W)  # [B, W]
+    root = draft._tree_root()  # [B, V_draft] the next-token logits after the pending tokens, or None
+    if root is None:  # a row has nothing to draft from (FeatureDraft): no tree this step
+        B = len(draft.pending)
+        z = torch.zeros(0, dtype=torch.long, device=dev)
+        draft._tree_fed = 0
+        return TokenTree(z, z, z, torch.zeros(B + 1, dtype=torch.long, device=dev), host_sizes=[0] * B)
+    B = root.shape[0]
+    vals, toks = _top(draft, root, W)  # [B, W]
     root_pos = draft.kv.lengths - 1  # [B]
     C, S = W + (k - 1) * W * W, W * (k - 1)  # candidates per row; fed tail slots per row
     tok = torch.zeros(B, C, dtype=torch.long, device=dev)  # [B, C]
@@ -70,13 +79,13 @@ def propose_tree(draft, k: int, W: int, N: int) -> TokenTree:
     fed = torch.zeros(B, S, dtype=torch.long, device=dev)  # [B, S] the candidate in each fed slot
     own = torch.eye(W, dtype=torch.bool, device=dev)  # [W, W]
     first = W  # the first candidate id of the depth being made
+    came_from = None  # [B, W] each frontier node's parent among the previous frontier (None: the root)
     for d in range(2, k + 1):
         s0 = (d - 2) * W  # the frontier's slots: [s0, s0 + W)
         fed[:, s0:s0 + W] = frontier
         sees[:, :, s0:s0 + W] |= own  # a node sees itself, and (inherited) its ancestors
         positions = (root_pos + d - 1).unsqueeze(1).expand(B, W)  # [B, W] root + the frontier's depth
-        logits = draft.kv.forward(tok.gather(1, frontier), torch.ones(B, W, dtype=torch.bool, device=dev),
-                                  positions=positions, tail_mask=sees[:, :, :s0 + W], counts=[W] * B)  # [B, W, V]
+        logits = draft._tree_feed(tok.gather(1, frontier), positions, sees[:, :, :s0 + W], came_from)  # [B, W, V]
         vals, toks = _top(draft, logits, W)  # [B, W (frontier), W (children)]
         child = (score.gather(1, frontier).unsqueeze(2) + vals).reshape(B, W * W)  # [B, W * W] j-major
         made = slice(first, first + W * W)
@@ -86,7 +95,7 @@ def propose_tree(draft, k: int, W: int, N: int) -> TokenTree:
         if d < k:
             best = _best(child, W)  # [B, W] the next frontier, as indices into this depth's children
             sees = sees.gather(1, (best // W).unsqueeze(2).expand(B, W, S))  # children see what the parent saw
-            frontier = first + best
+            frontier, came_from = first + best, best // W
         first += W * W
     return _keep(draft, tok, parent, score, depth, rank, fed, N)
 

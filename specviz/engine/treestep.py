@@ -120,10 +120,11 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
     after = None if before is None else [x + 1 + a for x, a in zip(before, num_accepted)]
     dec.kv.reject_tail(verdict.keep_slots, [2 + p[-1] if p else 1 for p in paths], after)  # root, path, holes
     compacted = dec.kv.maybe_compact()
+    feats = {"features": dec.verify_hidden} if dec.wants_features else {}  # a feature draft's true features
     if k:
-        dec.proposer.commit_tree(paths, emitted, [h["fed_slot"] for h in host])
+        dec.proposer.commit_tree(paths, emitted, [h["fed_slot"] for h in host], **feats)
     else:
-        dec.proposer.commit(num_accepted, emitted)
+        dec.proposer.commit(num_accepted, emitted, **feats)
     trees = {r.index: {**h["nodes"], "path": h["path"]} for h, r in zip(host, active)}
     if k and hasattr(dec.controller, "observe_trees"):  # treepolicy.TreeShapes: acceptance by depth x rank
         dec.controller.observe_trees(list(trees.values()))
