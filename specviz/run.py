@@ -172,8 +172,8 @@ DEFAULT_DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft-SmolLM2-
 # (its README says why)
 FEATURE_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-SmolLM2-135M-Instruct"
 # The same with a second layer, trained on natural prompts and Python docs: accepts most on free-form chat
-# (0.48 at k = 1), faster than the token draft at B = 1 and B = 8, as chains and as trees, in the last
-# interleaved run on an EPYC (its README); not yet `default`
+# (0.48 at k = 1), faster than the token draft at B = 1 as chains and as trees on an EPYC, level at B = 8
+# (its README), so not `default`
 FEATURE2_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-2l-SmolLM2-135M-Instruct"
 
 
