@@ -13,12 +13,7 @@ from specviz.models.distilled import DistilledDraft, fused_input
 from specviz.run import decoder_for_ids
 
 from fakes import ragged_prompts, reference_greedy, tiny_llama
-from test_featdraft import VOCAB, feature_draft
-
-
-@pytest.fixture(scope="module")
-def target():
-    return tiny_llama(VOCAB, layers=2, seed=0)
+from test_featdraft import VOCAB, feature_draft, target  # noqa: F401  (target: the shared fixture)
 
 
 @pytest.fixture(scope="module")

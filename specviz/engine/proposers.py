@@ -158,9 +158,8 @@ class ModelDraft:
 
     # ---- token trees (specviz.engine.treedraft) ------------------------------------------------
     def _tree_root(self) -> torch.Tensor | None:
-        """A tree's first forward: the pending tokens -> the root's next-token logits [B, V_draft]."""
-        ids, valid = self._first_input()
-        return self.kv.forward(ids, valid, last_only=True, counts=self._counts)[:, -1]
+        """A tree's first forward, a chain step's: the pending tokens -> the root's next-token logits [B, V]."""
+        return self._forward(self._first_input())
 
     def _tree_feed(self, tok: torch.Tensor, positions: torch.Tensor, tail_mask: torch.Tensor,
                    came_from: torch.Tensor | None) -> torch.Tensor:
@@ -205,8 +204,12 @@ class FeatureDraft(ModelDraft):
         self._fed = self._proposed = 0
         self._g = self._tree_g = None
 
+    def _nothing_pending(self) -> list[bool]:
+        """Per row: no token with a true feature to feed yet (a one-token prompt's first step)."""
+        return [len(p) == 0 for p in self.pending]
+
     def _cannot_draft(self) -> torch.Tensor:
-        return torch.tensor([len(p) == 0 for p in self.pending], device=self.device)
+        return torch.tensor(self._nothing_pending(), device=self.device)
 
     def _first_input(self):
         ids, valid = left_pad(self.pending, 0, self.device)
@@ -235,21 +238,25 @@ class FeatureDraft(ModelDraft):
         self.kv.maybe_compact()
         # the verify fed [x_{n-1}, d_1 .. d_k]; slots 0 .. a are the true features of the emitted tokens' predecessors
         new_f = [features[i, : a + 1] for i, a in enumerate(num_accepted)]
-        if self._proposed == 0:  # nothing was fed this step: the backlog grows
+        self._queue(emitted, new_f, drafted=self._proposed > 0)
+        self._fed = self._proposed = 0
+
+    def _queue(self, emitted: list[list[int]], new_f: list[torch.Tensor], drafted: bool) -> None:
+        """The emitted tokens with their true previous features [n, H] become pending: in place of the
+        pending ones the step's draft fed, or after them when it drafted nothing (the backlog grows)."""
+        if drafted:
+            self.pending, self.pending_f = [list(e) for e in emitted], new_f
+        else:
             self.pending = [p + e for p, e in zip(self.pending, emitted)]
             self.pending_f = [torch.cat([pf, f]) for pf, f in zip(self.pending_f, new_f)]
-        else:
-            self.pending, self.pending_f = [list(e) for e in emitted], new_f
-        self._fed = self._proposed = 0
 
     def _tree_root(self) -> torch.Tensor | None:
         """The pending tokens with their true features; None when a row has none (a 1-token prompt)."""
-        if any(len(p) == 0 for p in self.pending):
+        if any(self._nothing_pending()):
             return None
-        ids, valid, feats = self._first_input()
-        logits = self.kv.forward(None, valid, last_only=True, inputs_embeds=fused_input(self.model, ids, feats))
-        self._tree_g = self.kv.hidden[:, -1:]  # [B, 1, H] the root's predicted feature
-        return logits[:, -1]
+        logits = self._forward(self._first_input())
+        self._tree_g = self._g  # [B, 1, H] the root's predicted feature
+        return logits
 
     def _tree_feed(self, tok, positions, tail_mask, came_from):
         """The frontier tok [B, W], each with its parent's predicted feature (the root's at depth 2)."""
@@ -272,11 +279,7 @@ class FeatureDraft(ModelDraft):
             self.kv.reject_tail(torch.zeros(len(paths), S, dtype=torch.bool, device=self.device))
         self.kv.maybe_compact()
         new_f = [features[b, [0] + [1 + i for i in p]] for b, p in enumerate(paths)]  # [1 + a, H] per row
-        if self._tree_g is None:  # no tree this step (_tree_root found a row with nothing to draft from): the backlog grows
-            self.pending = [p + e for p, e in zip(self.pending, emitted)]
-            self.pending_f = [torch.cat([pf, f]) for pf, f in zip(self.pending_f, new_f)]
-        else:
-            self.pending, self.pending_f = [list(e) for e in emitted], new_f
+        self._queue(emitted, new_f, drafted=self._tree_g is not None)  # None: _tree_root drafted no tree
         self._tree_fed = self._tree_g = None
 
     def select_rows(self, rows: torch.Tensor) -> None:

@@ -50,6 +50,12 @@ class TokenTree:
     host_sizes: list[int] | None = None  # [B] nodes per row, when the drafter knows them on the host
     _padded: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
+    @staticmethod
+    def empty(B: int, device) -> "TokenTree":
+        """B rows without nodes (a step that drafts no tree)."""
+        z = torch.zeros(0, dtype=torch.long, device=device)
+        return TokenTree(z, z, z, torch.zeros(B + 1, dtype=torch.long, device=device), host_sizes=[0] * B)
+
     @property
     def batch_size(self) -> int:
         return self.cu_nodes.numel() - 1

@@ -35,7 +35,8 @@ from specviz.engine.tree import TokenTree
 
 
 def _top(draft, logits: torch.Tensor, W: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[..., V_draft] logits -> (log-probabilities [..., W], tokens [..., W]) of the draft's top W."""
+    """[..., V_draft] logits -> (log-probabilities [..., W], tokens [..., W]) of the draft's top W
+    (draft._q maps them to the target's V; logits already mapped, a chain step's, pass unchanged)."""
     shape = logits.shape[:-1]
     lp = torch.log_softmax(draft._q(logits.reshape(-1, logits.shape[-1])).float(), dim=-1)  # [M, V]
     vals, toks = lp.topk(W, dim=-1)
@@ -58,12 +59,10 @@ def propose_tree(draft, k: int, W: int, N: int) -> TokenTree:
     token, parent candidate (-1 = the root), cumulative log-probability (score); depth and sibling
     rank are the same in every row."""
     dev = draft.device
-    root = draft._tree_root()  # [B, V_draft] the next-token logits after the pending tokens, or None
+    root = draft._tree_root()  # [B, V] the next-token logits after the pending tokens, or None
     if root is None:  # a row has nothing to draft from (FeatureDraft): no tree this step
-        B = len(draft.pending)
-        z = torch.zeros(0, dtype=torch.long, device=dev)
         draft._tree_fed = 0
-        return TokenTree(z, z, z, torch.zeros(B + 1, dtype=torch.long, device=dev), host_sizes=[0] * B)
+        return TokenTree.empty(len(draft.pending), dev)
     B = root.shape[0]
     vals, toks = _top(draft, root, W)  # [B, W]
     root_pos = draft.kv.lengths - 1  # [B]

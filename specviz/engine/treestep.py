@@ -40,11 +40,6 @@ def default_accept_tree_fn(device: torch.device):
     return get_accept_tree_fn(None if device.type == "cuda" else "torch")
 
 
-def empty_tree(B: int, device) -> TokenTree:
-    z = torch.zeros(0, dtype=torch.long, device=device)
-    return TokenTree(z, z, z, torch.zeros(B + 1, dtype=torch.long, device=device), host_sizes=[0] * B)
-
-
 def verify_tree(kv, last: list[int], tree: TokenTree) -> torch.Tensor:
     """ONE target forward over every row's [last token, nodes] -> logits [B, 1 + N, V]."""
     dev = kv.device
@@ -103,7 +98,7 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
         width, nodes = getattr(dec.controller, "shape", (dec.tree.width, dec.tree.nodes))  # a shape policy's pick
         tree = dec.proposer.propose_tree(contexts, k, width, nodes, dec.params)
     else:
-        width, nodes, tree = 1, 0, empty_tree(len(active), dec.device)
+        width, nodes, tree = 1, 0, TokenTree.empty(len(active), dec.device)
     sizes = tree.sizes()
     u = row_uniforms(active, sizes, dec.device)
     lap()
