@@ -471,16 +471,18 @@ def test_mixed_prompts_put_varied_prompts_in_the_generated_data(text_distilled):
     assert json.loads((root / "out" / "data" / "meta.json").read_text())["prompts"] == "mixed"
 
 
-def test_natural_prompts_are_what_the_data_answers_and_its_held_out_split_is_what_it_checks_on(tmp_path):
-    from specviz.prompts.natural import is_heldout, natural_prompts
+@pytest.mark.parametrize("choice", ["natural", "natural2"])
+def test_natural_prompts_are_what_the_data_answers_and_the_first_sets_held_out_split_is_what_it_checks_on(tmp_path, choice):
+    from specviz.prompts.natural import is_heldout, natural_prompts, split
 
-    a = parse(["--out", str(tmp_path), *TINY, "--steps", "0", "--prompts", "natural"])
+    a = parse(["--out", str(tmp_path), *TINY, "--steps", "0", "--prompts", choice])
     assert a.func(a) == 0
     generated = read_samples(sorted((tmp_path / "data").glob("train-*.jsonl")))
     held = read_samples(sorted((tmp_path / "data").glob("val-*.jsonl")))
-    assert sorted(s["prompt"] for s in generated) == sorted(natural_prompts(6))
+    assert sorted(s["prompt"] for s in generated) == sorted(natural_prompts(6, second=choice == "natural2"))
     assert held and all(is_heldout(s["prompt"]) for s in held) and not any(is_heldout(s["prompt"]) for s in generated)
-    assert json.loads((tmp_path / "data" / "meta.json").read_text())["prompts"] == "natural"
+    assert {s["prompt"] for s in held} <= set(split(heldout=True))  # either way, the first set's held-out prompts
+    assert json.loads((tmp_path / "data" / "meta.json").read_text())["prompts"] == choice
 
 
 def test_feature_text_samples_hold_the_targets_features_and_topk_and_resume_after_an_interruption(tmp_path, monkeypatch):

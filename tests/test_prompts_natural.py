@@ -5,7 +5,7 @@ import json
 import re
 
 from specviz.prompts.gen import FREEFORM
-from specviz.prompts.natural import FILE, is_heldout, natural_prompts, split
+from specviz.prompts.natural import FILE, FILE2, is_heldout, natural_prompts, records, split
 
 KINDS = {"explain", "howto", "writing", "compare", "facts", "code", "lists", "language", "math", "casual"}
 
@@ -41,3 +41,23 @@ def test_natural_prompts_are_prefix_stable_and_past_the_split_start_again_in_ano
     assert natural_prompts(40, seed=3) == long[:40] and natural_prompts(40, seed=4) != long[:40]
     assert sorted(long[:n]) == sorted(split()) == sorted(long[n:2 * n]) and long[:n] != long[n:2 * n]
     assert set(natural_prompts(30, seed=1, heldout=True)) <= set(split(heldout=True))
+
+
+def test_the_second_set_is_larger_distinct_of_the_same_kinds_and_repeats_nothing_of_the_first_nor_resembles_the_yardstick():
+    first, second = [r["prompt"] for r in records(FILE)], [r["prompt"] for r in records(FILE2)]
+    assert len(second) >= 2000 and len(set(second)) == len(second)
+    assert {r["kind"] for r in records(FILE2)} == KINDS
+    assert not set(second) & set(first) and not set(second) & set(FREEFORM)
+    closest = max((jaccard(words(p), words(f)), p, f) for p in second for f in FREEFORM)
+    assert closest[0] < 0.25, closest
+    held = [words(p) for p in split(heldout=True)]  # the first set's held-out prompts stay unseen in spirit too
+    closest = max((jaccard(words(p), h), p) for p in split(second=True) for h in held if len(words(p)) >= 2)
+    assert closest[0] < 0.6, closest
+
+
+def test_the_second_set_has_its_own_fixed_split_and_its_own_prefix_stable_order():
+    train, held = split(second=True), split(heldout=True, second=True)
+    assert 0.05 < len(held) / (len(train) + len(held)) < 0.15 and not set(train) & set(held)
+    long = natural_prompts(len(train) + 5, seed=3, second=True)
+    assert natural_prompts(40, seed=3, second=True) == long[:40] and sorted(long[:len(train)]) == sorted(train)
+    assert not set(long) & set(split())

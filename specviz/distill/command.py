@@ -63,10 +63,11 @@ def add_distill_parser(sub) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="where the draft, report.json and README.md go")
     p.add_argument("--data", metavar="DIR", help="data shards (default OUT/data); reruns resume and reuse them")
     p.add_argument("--samples", type=int, default=2000, help="training prompts the target answers")
-    p.add_argument("--prompts", default="templated", choices=["templated", "mixed", "natural"],
+    p.add_argument("--prompts", default="templated", choices=["templated", "mixed", "natural", "natural2"],
                    help="templated: specviz.prompts.gen's task templates (the shipped draft's); mixed: every 4th prompt "
                         "from specviz.prompts.varied (paraphrase, multi-turn, code, lists, short and long answers); "
                         "natural: specviz.prompts.natural's ~1,500 one-off chat requests (past them, each again); "
+                        "natural2: its second, larger set (held out: natural's held-out prompts, as before); "
                         "held-out prompts follow the same choice from disjoint lists")
     p.add_argument("--val-samples", type=int, default=64, help="held-out prompts answered greedily (checkpoint choice)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per generated answer")
@@ -191,6 +192,9 @@ def _samples(a, target, kind: Kind, data: Path):
         heldout_prompts = lambda n, seed=0: mixed_prompts(n, seed, heldout=True)  # noqa: E731
     elif a.prompts == "natural":
         training_prompts = lambda n, seed=0: natural_prompts(n, seed)  # noqa: E731
+        heldout_prompts = lambda n, seed=0: natural_prompts(n, seed, heldout=True)  # noqa: E731
+    elif a.prompts == "natural2":
+        training_prompts = lambda n, seed=0: natural_prompts(n, seed, second=True)  # noqa: E731
         heldout_prompts = lambda n, seed=0: natural_prompts(n, seed, heldout=True)  # noqa: E731
     t0 = time.perf_counter()
     train_prompts = training_prompts(a.samples, a.seed)
