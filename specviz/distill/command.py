@@ -190,11 +190,9 @@ def _samples(a, target, kind: Kind, data: Path):
     if a.prompts == "mixed":
         training_prompts = lambda n, seed=0: mixed_prompts(n, seed)  # noqa: E731
         heldout_prompts = lambda n, seed=0: mixed_prompts(n, seed, heldout=True)  # noqa: E731
-    elif a.prompts == "natural":
-        training_prompts = lambda n, seed=0: natural_prompts(n, seed)  # noqa: E731
-        heldout_prompts = lambda n, seed=0: natural_prompts(n, seed, heldout=True)  # noqa: E731
-    elif a.prompts == "natural2":
-        training_prompts = lambda n, seed=0: natural_prompts(n, seed, second=True)  # noqa: E731
+    elif a.prompts in ("natural", "natural2"):  # either set trains; both check on the first set's held-out prompts
+        second = a.prompts == "natural2"
+        training_prompts = lambda n, seed=0: natural_prompts(n, seed, second=second)  # noqa: E731
         heldout_prompts = lambda n, seed=0: natural_prompts(n, seed, heldout=True)  # noqa: E731
     t0 = time.perf_counter()
     train_prompts = training_prompts(a.samples, a.seed)
