@@ -11,6 +11,7 @@ between kinds is one :class:`Kind` row of :data:`KINDS`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -80,6 +81,9 @@ def add_distill_parser(sub) -> None:
     p.add_argument("--text", action="append", metavar="PATH",
                    help="written text the target reads teacher-forced (prefill speed) for more soft labels: files or "
                         "folders of .html/.txt/.rst/.md(.gz), repeatable; bench/text_sources.sh installs Debian's")
+    p.add_argument("--extra-data", action="append", metavar="DIR",
+                   help="another run's --data folder (same target, dtype, kind and --topk) whose answers and text "
+                        "also train this draft; read only, recorded with a checksum; repeatable")
     p.add_argument("--text-tokens", type=int, default=200_000, help="at most this many text tokens are labelled")
     p.add_argument("--text-chunk-tokens", type=int, default=256, help="tokens per teacher-forced answer")
     p.add_argument("--text-batch-size", type=int, default=8, help="chunks per labelling forward")
@@ -238,6 +242,34 @@ def _text_samples(a, target, kind: Kind, data: Path):
     return samples, {"paths": a.text, "sha256": manifest_sha256(manifest), "files": manifest}, label_s
 
 
+def _extra_samples(a, kind: Kind, dtype_name: str, data: Path):
+    """--extra-data: every answer and text chunk of other runs' data folders, made by the same target,
+    dtype, kind and --topk (read, never written): (samples, one record per folder with its checksum)."""
+    samples, record = [], []
+    for d in (Path(p).expanduser() for p in a.extra_data or ()):
+        if d.resolve() == data.resolve():
+            raise SpecvizError(f"--extra-data {d} is this run's own --data folder: its samples are used already")
+        if not (d / "meta.json").is_file():
+            raise SpecvizError(f"--extra-data {d} is not a distill data folder (no meta.json)")
+        meta = json.loads((d / "meta.json").read_text())
+        want = {"target": a.target, "dtype": dtype_name, "topk": a.topk, "kind": dict(kind.meta).get("kind")}
+        diff = {k: (meta.get(k), v) for k, v in want.items() if meta.get(k) != v}
+        if diff:
+            raise SpecvizError(f"--extra-data {d} was made with other settings {diff}: it cannot train this draft")
+        found = [*kind.read(d, "train"), *kind.read(d, "text")]
+        if not found:
+            raise SpecvizError(f"--extra-data {d} holds no answers or text chunks")
+        shards = sorted(p for p in d.iterdir() if p.name.startswith(("train-", "text-")))
+        digest = hashlib.sha256()
+        for p in shards:
+            digest.update(p.name.encode() + b"\0" + p.read_bytes())
+        record.append({"path": str(d), "meta": meta, "samples": len(found), "shards": len(shards),
+                       "tokens": sum(len(s["output_ids"]) for s in found), "sha256": digest.hexdigest()})
+        log(f"extra data: {len(found)} samples, {record[-1]['tokens']} tokens from {d} (sha256 {digest.hexdigest()[:12]})")
+        samples += found
+    return samples, record
+
+
 def cmd_distill(a) -> int:
     from specviz.engine.decoder import eos_token_ids
     from specviz.prompts.gen import freeform_prompts
@@ -268,7 +300,8 @@ def cmd_distill(a) -> int:
     n_tokens = sum(len(s["output_ids"]) for s in train_samples)
     log(f"data: {len(train_samples)} samples, {n_tokens} target tokens ({gen_s:.0f} s)")
     text_samples, sources, label_s = _text_samples(a, target, kind, data)
-    gen_samples, train_samples = train_samples, train_samples + text_samples
+    extra_samples, extra = _extra_samples(a, kind, dtype_name, data)
+    gen_samples, train_samples = train_samples, train_samples + text_samples + extra_samples
 
     # ---- 2. draft
     torch.manual_seed(a.seed)
@@ -309,6 +342,7 @@ def cmd_distill(a) -> int:
     report["draft"]["init_from"] = start
     report["data"]["text"] = None if sources is None else {**sources, "samples": len(text_samples), "label_s": label_s,
                                                            "tokens": sum(len(s["output_ids"]) for s in text_samples)}
+    report["data"]["extra"] = extra or None
     (out / "report.json").write_text(json.dumps(report, indent=1))
     text = format_report(report)
     (out / "README.md").write_text(readme(report, text))
