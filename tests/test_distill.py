@@ -674,3 +674,43 @@ def test_generation_interrupted_mid_run_resumes_to_what_one_uninterrupted_run_wr
     data.generate_data(target, data=tmp_path / "cut", **kwargs)
     assert _records(tmp_path / "cut", "train") == _records(tmp_path / "whole", "train")
     assert len((tmp_path / "cut" / "train-0.jsonl").read_text().splitlines()) == 6
+
+
+def test_extra_data_adds_another_runs_answers_and_text_to_training_and_records_their_checksum(distilled, text_distilled,
+                                                                                               tmp_path):
+    import hashlib
+
+    out, _ = distilled
+    root, _ = text_distilled
+    extra = root / "out" / "data"
+    tiny = list(TINY)
+    tiny[tiny.index("--steps") + 1] = "5"
+    a = parse(["--out", str(tmp_path / "d"), "--data", str(out / "data"), "--extra-data", str(extra), *tiny])
+    assert a.func(a) == 0
+    report = json.loads((tmp_path / "d" / "report.json").read_text())
+    theirs = [*read_samples(sorted(extra.glob("train-*.jsonl"))), *read_samples(sorted(extra.glob("text-*.jsonl")))]
+    shards = sorted(p for p in extra.iterdir() if p.name.startswith(("train-", "text-")))
+    digest = hashlib.sha256(b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in shards)).hexdigest()
+    assert report["data"]["extra"] == [{"path": str(extra), "meta": json.loads((extra / "meta.json").read_text()),
+                                        "samples": len(theirs), "shards": len(shards), "sha256": digest,
+                                        "tokens": sum(len(s["output_ids"]) for s in theirs)}]
+    assert report["data"]["train_samples"] == 6  # this run's own answers, counted apart
+    vmap = set(json.loads((tmp_path / "d" / DRAFT_FILE).read_text())["vocab_map"])
+    emitted = {int(t) for s in theirs for t in [*s["topk_ids"][:, 0], *([] if s.get("teacher_forced") else s["output_ids"])]}
+    only_theirs = emitted - set(json.loads((out / DRAFT_FILE).read_text())["vocab_map"])
+    assert only_theirs and only_theirs <= vmap  # what the target emits on them reached the map: they reached training
+
+
+def test_extra_data_from_this_runs_own_folder_or_other_settings_is_refused_in_one_line(distilled, tmp_path):
+    out, _ = distilled
+    other = tmp_path / "other"
+    other.mkdir()
+    meta = json.loads((out / "data" / "meta.json").read_text())
+    (other / "meta.json").write_text(json.dumps({**meta, "dtype": "bfloat16"}))
+    for folder, says in [(out / "data", "this run's own --data folder"), (other, "'dtype': ('bfloat16', 'float32')"),
+                         (tmp_path, "no meta.json")]:
+        a = parse(["--out", str(tmp_path / "d"), "--data", str(out / "data"), "--extra-data", str(folder), *TINY])
+        with pytest.raises(SpecvizError, match=None) as e:
+            a.func(a)
+        assert says in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "d" / "model.safetensors").exists()
