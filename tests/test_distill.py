@@ -456,6 +456,7 @@ def test_distill_with_text_trains_on_teacher_forced_labels_and_records_the_sourc
     assert text["files"] == [{"path": str(root / "doc.txt"), "sha256": hashlib.sha256((root / "doc.txt").read_bytes()).hexdigest(),
                               "chunks": text["samples"], "tokens": text["tokens"]}]
     assert text["samples"] >= 3 and report["data"]["train_samples"] == 6  # generated samples counted apart
+    assert f"--text {root / 'doc.txt'} " in report["command"]  # a repeatable option is spelled as given
     samples = read_samples(sorted((root / "out" / "data").glob("text-*.jsonl")))
     assert len(samples) == text["samples"] and all(s["teacher_forced"] for s in samples)
     assert json.loads((root / "out" / "data" / "text-sources.json").read_text())["sha256"] == text["sha256"]
@@ -695,6 +696,7 @@ def test_extra_data_adds_another_runs_answers_and_text_to_training_and_records_t
                                         "samples": len(theirs), "shards": len(shards), "sha256": digest,
                                         "tokens": sum(len(s["output_ids"]) for s in theirs)}]
     assert report["data"]["train_samples"] == 6  # this run's own answers, counted apart
+    assert f"--extra-data {extra} " in report["command"]
     vmap = set(json.loads((tmp_path / "d" / DRAFT_FILE).read_text())["vocab_map"])
     emitted = {int(t) for s in theirs for t in [*s["topk_ids"][:, 0], *([] if s.get("teacher_forced") else s["output_ids"])]}
     only_theirs = emitted - set(json.loads((out / DRAFT_FILE).read_text())["vocab_map"])

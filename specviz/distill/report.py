@@ -34,7 +34,10 @@ def _command(a) -> str:
         if key in ("func", "cmd") or v is None or v is False:
             continue
         flag = "--" + key.replace("_", "-")
-        parts += [flag] if v is True else [flag, str(v)]
+        if isinstance(v, (list, tuple)):  # a repeatable option (--text, --extra-data): the flag once per value
+            parts += [x for item in v for x in (flag, str(item))]
+        else:
+            parts += [flag] if v is True else [flag, str(v)]
     return " ".join(shlex.quote(x) for x in parts)
 
 
