@@ -171,14 +171,10 @@ DEFAULT_DRAFT_DIR = Path(__file__).resolve().parent / "assets" / "draft-SmolLM2-
 # A feature draft (EAGLE-style) for the packaged target: accepts more on free-form chat, not the default
 # (its README says why)
 FEATURE_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-SmolLM2-135M-Instruct"
-# The same with a second layer, trained on natural prompts and Python docs: accepts most on free-form chat
-# (0.48 at k = 1), faster than the token draft at B = 1 as chains and as trees on an EPYC, level at B = 8
-# (its README), so not `default`
+# The same with a second layer and a 24,576-token map, trained on natural prompts and Python docs: accepts most
+# on free-form chat (0.52 at k = 1) and covers 98.6% of its tokens, but its wider head costs more than that
+# returns on this CPU (its README), so not `default`
 FEATURE2_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-2l-SmolLM2-135M-Instruct"
-# That draft continued with a 24,576-token map on both natural sets: the first to accept >= 0.5 on free-form chat
-# at k = 1 and to cover >= 97% of its tokens, but its wider head costs more than the acceptance returns on this
-# CPU, so it is slower than the one above (its README)
-FEATURE2_WIDE_DRAFT_DIR = DEFAULT_DRAFT_DIR.parent / "feature-draft-2l-wide-SmolLM2-135M-Instruct"
 
 
 def resolve_draft_spec(draft: str, target) -> str:

@@ -159,6 +159,7 @@ OWN = {
         (["--cost-prefix-len", "0"], "cost prefix len must be at least 1"),
         (["--threads", "-1"], "threads must be 0 or more"),
         (["--text", "{d}/missing-text"], "missing-text': no such file or folder"),
+        (["--extra-data", "{d}"], "is not a distill data folder (no meta.json)"),
         (["--text-tokens", "0"], "text tokens must be at least 1"),
         (["--text-chunk-tokens", "1"], "text chunk tokens must be at least 2"),
         (["--text-batch-size", "0"], "text batch size must be at least 1"),

@@ -42,6 +42,7 @@ CHECKED = {
     "data": "a folder (made if missing), not a file",
     "init_layers": "first, random (feature drafts) or --layers ids below the target's layer count",
     "text": "existing files or folders of written text",
+    "extra_data": "a distill data folder (meta.json); its settings are matched when distill reads it",
     "vocab_from": "a distilled draft's folder (its draft file is there)",
     "init_from": "a distilled draft's folder (its draft file is there)",
 }
@@ -330,6 +331,9 @@ def check_distill_args(a) -> None:
     for path in a.text or []:
         if not Path(path).expanduser().exists():
             raise SpecvizError(f"--text {path!r}: no such file or folder")
+    for path in a.extra_data or []:
+        if not (Path(path).expanduser() / "meta.json").is_file():
+            raise SpecvizError(f"--extra-data {path!r} is not a distill data folder (no meta.json)")
     from specviz.models.distilled import DRAFT_FILE, draft_depth
 
     layers = draft_depth(a.kind, a.layers)
