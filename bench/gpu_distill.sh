@@ -41,7 +41,7 @@ SHIPPED=specviz/assets/draft-SmolLM2-135M-Instruct  # the default draft: what a 
 FEATURE=specviz/assets/feature-draft-2l-SmolLM2-135M-Instruct  # the best feature draft so far
 KIND=${KIND:-feature}
 case $KIND in
-  feature) DRAFT_ARGS="--kind feature --layers 2 --init-layers 29,29 --init-from $FEATURE --vocab 8192 --vocab-from $FEATURE" ;;
+  feature) DRAFT_ARGS="--kind feature --layers 2 --init-layers 29,29 --init-from $FEATURE --vocab 24576 --vocab-from $FEATURE" ;;
   token) DRAFT_ARGS="--kind token --layers 2 --init-layers first --init-from $SHIPPED --vocab 24576 --vocab-from $SHIPPED" ;;
   *) echo "gpu_distill: KIND must be feature or token (got $KIND)" >&2; exit 2 ;;
 esac
