@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from specviz.analysis.explain import exactness
-from specviz.app import jobs, modelcharts, state as appstate, tokentext
+from specviz.app import devicequeue, jobs, modelcharts, state as appstate, tokentext
 from specviz.common import SpecvizError
 from specviz.prompts import sets as promptsets
 from specviz.run import RunConfig, get_model, make_proposer, run
@@ -69,8 +69,7 @@ def exactness_view() -> None:
     if job is not None:
         job.beat()
     if job is not None and job.running:
-        st.info(f"queued: {jobs.holder(job.lock)} holds the model (in this tab or another); the check starts when it ends"
-                if job.status == "queued" else job.note)
+        st.info(devicequeue.queued_note(job.lock, job, "the check") if job.status == "queued" else job.note)
         return
     if job is not None and job.status == "error":
         st.error(job.error)

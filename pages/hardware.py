@@ -7,7 +7,7 @@ import torch
 
 from specviz import telemetry
 from specviz.analysis.hardware import verify_use
-from specviz.app import charts, jobs, state as appstate
+from specviz.app import charts, devicequeue, jobs, state as appstate
 from specviz.analysis.costs import trace_calibration
 from specviz.common import SpecvizError
 from specviz.measure.calibrate import calibration_load_warning
@@ -69,8 +69,7 @@ def peaks_view() -> None:
     if job is not None:
         job.beat()
         if job.running:
-            st.info(f"queued: {jobs.holder(job.lock)} holds the model (in this tab or another); this starts when it ends"
-                    if job.status == "queued" else job.note)
+            st.info(devicequeue.queued_note(job.lock, job, "this") if job.status == "queued" else job.note)
             return
         if job.status == "error":
             st.error(f"peaks not measured: {job.error}")

@@ -10,7 +10,7 @@ import time
 import streamlit as st
 
 from specviz.analysis import explain
-from specviz.app import state as appstate, charts, jobs, tokentext, treeview, queueview
+from specviz.app import state as appstate, charts, devicequeue, tokentext, treeview, queueview
 from specviz.app.upload import read_trace_upload, trace_csv_zip
 
 from specviz.prompts import sets as promptsets
@@ -277,9 +277,7 @@ def live_view() -> None:
     run = appstate.current_run()
     if run is not None and run.running:
         if run.status == "queued":
-            place = run.queue_position
-            st.info(f"queued: {jobs.holder(run.lock)} holds the model (in this tab or another); this run starts when it ends"
-                    + (f" (place in line: {place})" if place and place > 1 else ""))
+            st.info(devicequeue.queued_note(run.lock, run, "this run"))
         elif run.status == "loading":
             st.info("loading the model pair…")
         elif run.status == "racing":

@@ -9,7 +9,7 @@ model lock, so the numbers are the CLI's and the UI is never blocked.
 import pandas as pd
 import streamlit as st
 
-from specviz.app import jobs, modelcharts, state as appstate, tokentext
+from specviz.app import devicequeue, jobs, modelcharts, state as appstate, tokentext
 from specviz.common import SpecvizError
 from specviz.measure.sweep import drift_warning, sweep_config
 from specviz.prompts import sets as promptsets
@@ -95,7 +95,7 @@ def show() -> None:
         cells = list(job.items)
         st.session_state["sweep_results"] = cells
         if job.running:
-            st.info(f"{'queued: ' + jobs.holder(job.lock) + ' holds the model' if job.status == 'queued' else 'measuring'}: "
+            st.info(f"{devicequeue.queued_note(job.lock, job, 'the sweep') if job.status == 'queued' else 'measuring'}: "
                     f"{len(cells)}/{st.session_state.get('sweep_grid', '?')} cells done. {job.note}")
         elif job.status == "error":
             st.error(job.error)

@@ -220,18 +220,18 @@ def test_while_a_run_goes_the_page_redraws_without_fades_and_its_charts_on_their
 
 
 def test_second_session_is_queued_while_the_model_lock_is_held_and_told_by_what():
-    from specviz.app import jobs
+    from specviz.app import devicequeue
 
     lock = appstate.model_lock()
     assert lock.acquire(timeout=30)
-    jobs.hold(lock, "a Sweep")  # as a Sweep job records itself when it takes the lock
+    devicequeue.hold(lock, "a Sweep")  # as a Sweep job records itself when it takes the lock
     try:
         at = new_app()
         run = start_live_run(at, max_new=4)
         assert run.status == "queued"
         assert any("queued: a Sweep holds the model" in i.value for i in at.info)
     finally:
-        jobs.hold(lock, None)
+        devicequeue.hold(lock, None)
         lock.release()
     finish(at, run)
     assert run.status == "done"
@@ -252,17 +252,17 @@ def test_uploaded_trace_is_shown_and_a_bad_file_keeps_the_current_one(tmp_path):
 
 
 def test_a_job_names_itself_as_the_models_holder_while_it_runs():
-    from specviz.app import jobs
+    from specviz.app import devicequeue, jobs
 
     lock, go = threading.Lock(), threading.Event()
     job = jobs.Job(lambda j: go.wait(10), lock, what="a Sweep").start()
     deadline = time.monotonic() + 10
     while job.status != "running" and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert jobs.holder(lock) == "a Sweep"
+    assert devicequeue.holder(lock) == "a Sweep"
     go.set()
     job.join(10)
-    assert job.status == "done" and jobs.holder(lock) == "another run"  # released: nobody named
+    assert job.status == "done" and devicequeue.holder(lock) == "another run"  # released: nobody named
 
 
 def test_model_lock_is_one_lock_for_every_session():

@@ -1,7 +1,8 @@
-"""Background jobs for the pages that measure (Sweep, Correctness): a function run in a worker
-thread that holds the shared model lock, reporting items as it goes. Like specviz.app.liverun
+"""Background jobs for the pages that measure (Sweep, Correctness, peaks): a function run in a
+worker thread that holds the shared model lock, reporting items as it goes. Like specviz.app.liverun
 for Live, it never touches Streamlit: the page starts a job, then polls ``items``, ``note`` and
-``status`` from a fragment, so the UI is never blocked and a second session queues on the lock.
+``status`` from a fragment, so the UI is never blocked. Jobs and Live runs wait in one first-come
+line for the lock (specviz.app.devicequeue), so a job never jumps ahead of a queued run.
 """
 
 from __future__ import annotations
@@ -12,23 +13,10 @@ import time
 import traceback
 from typing import Callable
 
+from specviz.app import devicequeue
 from specviz.common import SpecvizError
 
 RUNNING = ("queued", "running")
-_holders: dict[int, str] = {}  # id(model lock) -> what holds it now, for the queued pages to name
-
-
-def holder(lock) -> str:
-    """What holds the model lock now ("a Sweep", "a Live run", ...), said for a queued page."""
-    return _holders.get(id(lock), "another run")
-
-
-def hold(lock, what: str | None) -> None:
-    """Record (what) or clear (None) the holder of a model lock just taken or about to be released."""
-    if what is None:
-        _holders.pop(id(lock), None)
-    else:
-        _holders[id(lock)] = what
 HEARTBEAT_TIMEOUT_S = 90.0  # as a Live run: a job no page has polled for this long stops (tab closed)
 
 
@@ -78,6 +66,11 @@ class Job:
         return self.status in RUNNING
 
     @property
+    def queue_position(self) -> int | None:
+        """1 for the next to get the model, 2 behind it, ...; None when not waiting."""
+        return devicequeue.position(self.lock, self)
+
+    @property
     def stopping(self) -> bool:
         """Stop was pressed and the job has not ended yet (it ends after its current unit of work)."""
         return self._stop and self.running
@@ -95,12 +88,10 @@ class Job:
     def _work(self) -> None:
         acquired = False
         try:
-            while not self.lock.acquire(timeout=0.2):
-                if self.stopped:
-                    self.status = "stopped"
-                    return
+            if not devicequeue.take(self.lock, self, self.what, lambda: self.stopped):
+                self.status = "stopped"
+                return
             acquired = True
-            hold(self.lock, self.what)
             self.status = "running"
             self.result = self.fn(self)
             self.status = "stopped" if self._stop else "done"
@@ -117,5 +108,4 @@ class Job:
             self.status = "error"
         finally:
             if acquired:
-                hold(self.lock, None)
-                self.lock.release()
+                devicequeue.release(self.lock)

@@ -21,7 +21,7 @@ import threading
 import time
 
 from specviz.analysis.trace import build_trace
-from specviz.app import jobs, worker as workers
+from specviz.app import devicequeue, worker as workers
 from specviz.app.worker import error_message, free_device_memory, oom_message, yield_cores  # noqa: F401
 from specviz.run import RunConfig, iter_run, load_pair
 
@@ -34,8 +34,6 @@ HEARTBEAT_TIMEOUT_S = 90.0
 POLL_S = 0.2  # how often a waiting or quiet run checks its stop flag and heartbeat
 
 _ids = itertools.count(1)
-_lines: dict[int, list] = {}  # id(model lock) -> the LiveRuns waiting for it, first come first served
-_lines_lock = threading.Lock()
 
 
 @dataclasses.dataclass(eq=False)
@@ -95,9 +93,7 @@ class LiveRun:
     @property
     def queue_position(self) -> int | None:
         """1 for the next run to get the model, 2 behind it, ...; None when not waiting."""
-        with _lines_lock:
-            line = _lines.get(id(self.lock), [])
-            return line.index(self) + 1 if self in line else None
+        return devicequeue.position(self.lock, self)
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -113,27 +109,13 @@ class LiveRun:
             self.stop()
 
     def _wait_turn(self) -> bool:
-        """Take the model lock in arrival order; False when stopped (or abandoned) while waiting."""
-        with _lines_lock:
-            _lines.setdefault(id(self.lock), []).append(self)
-        try:
-            while True:
-                self._stop_if_abandoned()
-                if self._stop:
-                    return False
-                with _lines_lock:
-                    first = _lines[id(self.lock)][0] is self
-                if first and self.lock.acquire(timeout=POLL_S):
-                    jobs.hold(self.lock, "a Live run")
-                    return True
-                if not first:
-                    time.sleep(POLL_S / 4)
-        finally:
-            with _lines_lock:
-                line = _lines[id(self.lock)]
-                line.remove(self)
-                if not line:
-                    del _lines[id(self.lock)]
+        """Take the model lock in arrival order (page jobs wait in the same line); False when
+        stopped (or abandoned) while waiting."""
+        def stopped() -> bool:
+            self._stop_if_abandoned()
+            return self._stop
+
+        return devicequeue.take(self.lock, self, "a Live run", stopped)
 
     def _work(self) -> None:
         if not self._wait_turn():
@@ -171,8 +153,7 @@ class LiveRun:
                 e = RuntimeError(f"the run could not be sent to the decode worker: {e}")
             self._fail(error_message(e, self.cfg) if not isinstance(e, workers.WorkerDied) else str(e))
         finally:
-            jobs.hold(self.lock, None)
-            self.lock.release()
+            devicequeue.release(self.lock)
 
     def _fail(self, message: str) -> None:
         if self.trace is None and self.steps:
