@@ -19,7 +19,8 @@ from specviz.models.distilled import get_distilled_draft, is_distilled_draft
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.decoder import SpecDecoder
 from specviz.common import SpecvizError
-from specviz.models.loading import (check_tokenizers_agree, check_vocab_fits, encode_prompts, get_model, placement, resolve_device,
+from specviz.models.devicemap import placement
+from specviz.models.loading import (check_tokenizers_agree, check_vocab_fits, encode_prompts, get_model, resolve_device,
                                     resolve_dtype)
 from specviz.engine.sampling import SamplingParams
 from specviz.analysis.trace import build_trace, sequence_record

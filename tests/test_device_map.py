@@ -16,7 +16,8 @@ from fakes import decode, perturbed_copy, ragged_prompts
 from specviz.common import SpecvizError
 from specviz.engine.proposers import ModelDraft
 from specviz.models import fastllama
-from specviz.models.loading import is_split, load_model, main_device, placement, plan_device_map
+from specviz.models.devicemap import is_split, main_device, placement, plan_device_map
+from specviz.models.loading import load_model
 
 VOCAB, LAYERS = 64, 6
 

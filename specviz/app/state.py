@@ -66,9 +66,9 @@ def model_lock() -> threading.Lock:
     return threading.Lock()
 
 
-@st.cache_resource(show_spinner=False)
 def cached_model(spec: str, device: str, dtype: str):
-    """specviz.run.get_model, cached across sessions (a SpecvizError is not cached)."""
+    """specviz.run.get_model: kept across sessions in the process's one bounded model cache
+    (specviz.models.modelcache; a SpecvizError is not kept)."""
     from specviz.run import get_model
 
     return get_model(spec, device, dtype)

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from specviz.common import SpecvizError
+from specviz.models import modelcache
 from specviz.models.loading import LoadedModel
 
 DRAFT_FORMAT = "specviz-distilled-draft"
@@ -140,17 +141,13 @@ def is_distilled_draft(spec: str) -> bool:
     return (Path(spec).expanduser() / DRAFT_FILE).is_file()
 
 
-_loaded: dict = {}
-
-
 def get_distilled_draft(path, target) -> "DistilledDraft":
-    """:func:`load_distilled_draft`, cached per (directory, its weights' mtime, target)."""
+    """:func:`load_distilled_draft`, kept in the process's model cache per (directory, its weights'
+    mtime, target), and evicted with its target (it borrows the target's embedding)."""
     p = Path(path).expanduser().resolve()
-    key = (str(p), (p / "model.safetensors").stat().st_mtime_ns if (p / "model.safetensors").exists() else 0,
+    key = ("distilled", str(p), (p / "model.safetensors").stat().st_mtime_ns if (p / "model.safetensors").exists() else 0,
            id(target.model))
-    if key not in _loaded:
-        _loaded[key] = load_distilled_draft(path, target)
-    return _loaded[key]
+    return modelcache.models.get(key, lambda: load_distilled_draft(path, target), parent=getattr(target, "cache_key", None))
 
 
 @dataclasses.dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import os
 import shutil
 import socket
@@ -24,6 +25,8 @@ from urllib.parse import urlparse
 import torch
 
 from specviz.common import SpecvizError, cache_dir
+from specviz.models import modelcache
+from specviz.models.devicemap import DEVICE_MAPS, dispatch_kwargs, main_device
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_NAME = "SmolLM2-135M-Instruct"
@@ -38,6 +41,7 @@ class LoadedModel:
     device: torch.device  # where inputs go (with a device map: the first GPU, else cpu)
     dtype: torch.dtype
     device_map: dict | None = None  # module -> device/"cpu"/"disk" when loaded with --device-map auto
+    cache_key: tuple | None = None  # its key in specviz.models.modelcache.models, when it is kept there
 
     @property
     def num_params(self) -> int:
@@ -180,64 +184,6 @@ def hub_reachable(timeout: float = HUB_PROBE_S) -> tuple[bool, str]:
     return ok, host
 
 
-# ---- device maps: a target larger than one GPU -----------------------------------------------
-
-DEVICE_MAPS = ("none", "auto")
-
-
-def main_device(device_map: dict) -> torch.device:
-    """Where a dispatched model takes its inputs: the first GPU it uses (accelerate runs layers
-    offloaded to cpu or disk there too), else the CPU."""
-    gpus = [d for d in device_map.values() if isinstance(d, int) or str(d).startswith("cuda")]
-    if not gpus:
-        return torch.device("cpu")
-    first = gpus[0]
-    return torch.device(f"cuda:{first}" if isinstance(first, int) else first)
-
-
-def is_split(device_map: dict | None) -> bool:
-    """True when the weights sit on more than one device (or partly in cpu/disk offload)."""
-    return bool(device_map) and len({str(d) for d in device_map.values()}) > 1
-
-
-def placement(device_map: dict | None) -> str:
-    """One line: how many decoder layers each device holds ("cuda:0 14 layers, cuda:1 16 layers")."""
-    if not device_map:
-        return ""
-    if set(device_map) == {""}:  # accelerate put everything on one device
-        d = device_map[""]
-        return f"{f'cuda:{d}' if isinstance(d, int) else d}: the whole model"
-    counts: dict[str, int] = {}
-    for module, d in device_map.items():
-        name = f"cuda:{d}" if isinstance(d, int) else str(d)
-        counts.setdefault(name, 0)
-        counts[name] += module.rsplit(".", 1)[-1].isdigit() and ".layers." in f".{module}"
-    return ", ".join(f"{d} {n} layers" for d, n in counts.items())
-
-
-def plan_device_map(config, max_memory: dict, dtype: torch.dtype = torch.float32) -> dict:
-    """accelerate's placement for a model of this config under ``max_memory`` ({0: bytes, 1: bytes,
-    "cpu": bytes}), without allocating weights: what ``from_pretrained(device_map="auto")`` does on a
-    machine with those devices, decoder layers kept whole."""
-    from accelerate import infer_auto_device_map, init_empty_weights
-    from transformers import AutoModelForCausalLM
-
-    with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(config)
-    return dict(infer_auto_device_map(model, max_memory=max_memory, dtype=dtype,
-                                      no_split_module_classes=model._no_split_modules))
-
-
-def _dispatch_kwargs(spec: str, max_memory: dict | None) -> dict:
-    """from_pretrained's arguments for device_map="auto": layers that fit nowhere go to a disk folder
-    under the cache (one per model)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in spec)
-    kw = {"device_map": "auto", "offload_folder": str(cache_dir() / "offload" / safe)}
-    if max_memory:
-        kw["max_memory"] = max_memory
-    return kw
-
-
 def load_model(spec: str, device: str = "auto", dtype: str = "auto", device_map: str = "none",
                max_memory: dict | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer from a SPEC. Raises SpecvizError with a clear message.
@@ -254,7 +200,9 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", device_map:
     src, kwargs = _source(spec)
     if Path(src).is_dir() and "gguf_file" not in kwargs:
         _check_files(spec, Path(src))
-    load_kw = _dispatch_kwargs(spec, max_memory) if device_map == "auto" else {}
+    if device_map != "auto":  # accelerate spreads an auto-mapped model over whatever memory there is
+        check_memory(spec, src, kwargs, dev, dt)
+    load_kw = dispatch_kwargs(spec, max_memory) if device_map == "auto" else {}
     offline = None  # the hub's host when a hub id must come from the local cache alone
     if not Path(src).exists():  # a hub id
         reachable, host = hub_reachable()
@@ -342,13 +290,61 @@ def encode_prompts(tokenizer, prompts: list[str], raw: bool = False) -> list[lis
 
 # ---- loading, cached per (spec, device, dtype) ------------------------------------------------
 
-_models: dict = {}
-_models_lock = threading.Lock()
+def get_model(spec: str, device: str = "auto", dtype: str = "auto", device_map: str = "none") -> LoadedModel:
+    """load_model, kept in the process's one bounded cache (specviz.models.modelcache)."""
+    dev = resolve_device(device)
+    key = (spec, str(dev), str(resolve_dtype(dtype, dev)), device_map)
+
+    def load() -> LoadedModel:
+        loaded = load_model(spec, device, dtype, device_map)
+        loaded.cache_key = key
+        return loaded
+
+    return modelcache.models.get(key, load)
 
 
-def get_model(spec: str, device: str = "auto", dtype: str = "auto", device_map: str = "none"):
-    key = (spec, str(resolve_device(device)), str(resolve_dtype(dtype, resolve_device(device))), device_map)
-    with _models_lock:
-        if key not in _models:
-            _models[key] = load_model(spec, device, dtype, device_map)
-        return _models[key]
+# ---- what a load needs, before it starts -------------------------------------------------------
+
+def param_count(src: str, kwargs: dict) -> int | None:
+    """Parameters in a model's files, read without loading them: the safetensors headers, the GGUF
+    tensor table, else the config instantiated on the meta device; None when none can be read."""
+    try:
+        if "gguf_file" in kwargs:
+            from gguf import GGUFReader
+
+            return sum(int(t.n_elements) for t in GGUFReader(Path(src) / kwargs["gguf_file"]).tensors)
+        files = sorted(Path(src).glob("*.safetensors")) if Path(src).is_dir() else []
+        if files:
+            from safetensors import safe_open
+
+            n = 0
+            for f in files:
+                with safe_open(str(f), "pt") as h:  # the header only: no tensor is read
+                    n += sum(math.prod(h.get_slice(k).get_shape()) for k in h.keys())
+            return n
+        from accelerate import init_empty_weights
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(src, trust_remote_code=False, **kwargs)
+        with init_empty_weights():
+            return AutoModelForCausalLM.from_config(config).num_parameters()
+    except Exception:  # noqa: BLE001 - no estimate; the load itself then says what is wrong
+        return None
+
+
+def free_memory(dev: torch.device) -> tuple[int, str]:
+    """(bytes free where the weights would go, how to name that place)."""
+    if dev.type == "cuda":
+        return torch.cuda.mem_get_info(dev)[0], str(dev)
+    import psutil
+
+    return psutil.virtual_memory().available, "this machine"
+
+
+def check_memory(spec: str, src: str, kwargs: dict, dev: torch.device, dt: torch.dtype) -> None:
+    """Refuse a load whose weights (parameters x dtype bytes) would not fit in free memory."""
+    params = param_count(src, kwargs)
+    if params:
+        free, where = free_memory(dev)
+        modelcache.check_fits(repr(spec), params, torch.finfo(dt).bits // 8, str(dt).removeprefix("torch."), where,
+                              free)
