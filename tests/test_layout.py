@@ -14,7 +14,7 @@ PKG = ROOT / "specviz"
 # never a higher one's. analysis, prompts and telemetry sit beside each other on the ground floor
 # and do not import each other.
 LAYERS = [
-    {"specviz.common"},
+    {"specviz.common", "specviz.childproc"},
     {"specviz.analysis", "specviz.prompts", "specviz.telemetry"},
     {"specviz.models"},
     {"specviz.engine"},  # with kernels/: the engine's hot step, reached through kernels.get_accept_fn

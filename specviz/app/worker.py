@@ -39,6 +39,8 @@ import time
 import traceback
 from typing import Callable
 
+from specviz.childproc import SAFE_ENV, python_argv
+
 # How the child's idle torch (OpenMP) threads wait, $SPECVIZ_WORKER_WAIT (bench/browser_speed.py
 # measures the choices): "spin" is libgomp's default (spin a while, then sleep); "passive" sleeps at
 # once, leaving the core to the server and the browser; a number is that many spins (GOMP_SPINCOUNT).
@@ -285,8 +287,8 @@ class Worker:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds specviz/
         env = {**os.environ, **child_env(), "SPECVIZ_WORKER_THREADS": str(self.threads), "SPECVIZ_WORKER_PARENT": str(os.getpid()),
                "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "specviz.app.worker", address], stdin=subprocess.PIPE,
-                                     env=env, cwd=os.getcwd())
+        self.proc = subprocess.Popen(python_argv("-m", "specviz.app.worker", address), stdin=subprocess.PIPE,
+                                     env={**env, **SAFE_ENV}, cwd=os.getcwd())
         self.proc.stdin.write(authkey.hex().encode() + b"\n")
         self.proc.stdin.close()
         deadline = time.monotonic() + self.CONNECT_TIMEOUT_S

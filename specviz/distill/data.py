@@ -229,6 +229,8 @@ def generate_parallel(target, workers: int, fn=None, **kwargs) -> None:
             return  # nothing to resume: do not start processes
     import subprocess
 
+    from specviz.childproc import SAFE_ENV, python_argv
+
     job = json.dumps({"spec": target.spec, "device": str(target.device), "dtype": str(target.dtype).removeprefix("torch."),
                       "module": fn.__module__, "function": fn.__name__,
                       "parent": os.getpid(), "kwargs": {**kwargs, "data": str(kwargs["data"]), "workers": workers}})
@@ -237,7 +239,8 @@ def generate_parallel(target, workers: int, fn=None, **kwargs) -> None:
     procs = []
     try:
         for w in range(workers):
-            procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, str(w)], stdin=subprocess.PIPE, env=env, text=True))
+            procs.append(subprocess.Popen(python_argv("-c", _WORKER, str(w)), stdin=subprocess.PIPE,
+                                          env={**env, **SAFE_ENV}, text=True))
             procs[-1].stdin.write(job)
             procs[-1].stdin.close()
         codes = [p.wait() for p in procs]

@@ -31,6 +31,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from specviz.childproc import SAFE_ENV
 from specviz.common import SpecvizError
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: .venv-vllm sits beside .venv
@@ -193,7 +194,8 @@ class VllmServer:
         self.port = self.cfg.port or free_port()
         argv = self.argv()
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.cfg.kv_cache_gib), "PYTHONUNBUFFERED": "1",
-               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
+               **SAFE_ENV}  # it starts in the temp folder: a vllm/ planted there must not be imported
         env.pop("PYTHONPATH", None)  # our packages must not shadow the vLLM venv's (transformers versions differ)
         t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
