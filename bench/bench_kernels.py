@@ -86,7 +86,7 @@ def bench_one(V, B, k, dtype, mode, do_bench):
     params = SamplingParams(0.0) if mode == "greedy" else SamplingParams(1.0)
     logits, drafts, n, u, q = make_inputs(V, B, k, dtype, with_q=(mode == "sample+q"))
     args = (logits, drafts, n, u, params, q)
-    from kernels.spec_verify import accept_triton
+    from specviz.engine.kernels.spec_verify import accept_triton
 
     fns = {
         "ref": lambda: accept_reference(*args),

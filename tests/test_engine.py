@@ -156,7 +156,7 @@ def test_engine_with_the_triton_kernel_equals_the_reference(target, prompts, ref
 
     if os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         pytest.skip("Triton needs CUDA or TRITON_INTERPRET=1")
-    from kernels import get_accept_fn
+    from specviz.engine.kernels import get_accept_fn
     from specviz.engine.policies import Fixed
     from specviz.engine.decoder import SpecDecoder
 

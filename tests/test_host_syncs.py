@@ -88,7 +88,7 @@ def test_a_steady_tree_step_reads_the_device_once(target, draft):
     """With the walk CUDA runs (kernels/tree_verify.py, here in Triton's CPU interpreter): one read
     per step, the verdict and the trees' nodes together (treestep.read_step)."""
     pytest.importorskip("triton")
-    from kernels.tree_verify import accept_tree_triton
+    from specviz.engine.kernels.tree_verify import accept_tree_triton
     from specviz.engine.treestep import TreeShape
 
     prompts = ragged_prompts(4, V, seed=5)

@@ -18,8 +18,8 @@ DEV = "cpu" if INTERPRETING else "cuda"
 
 import pytest  # noqa: E402
 
-import kernels  # noqa: E402
-from kernels.spec_verify import _accept_triton, accept_triton  # noqa: E402
+from specviz.engine import kernels  # noqa: E402
+from specviz.engine.kernels.spec_verify import _accept_triton, accept_triton  # noqa: E402
 from specviz.engine.sampling import SamplingParams, accept_reference  # noqa: E402
 
 TINY_TILES = dict(block_v=32, tiles_per_chunk=2)
@@ -209,7 +209,7 @@ def test_importing_kernels_does_not_import_triton():
     import subprocess
     import sys
 
-    code = "import sys, kernels; kernels.get_accept_fn('torch'); assert 'triton' not in sys.modules"
+    code = "import sys; from specviz.engine import kernels; kernels.get_accept_fn('torch'); assert 'triton' not in sys.modules"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
 

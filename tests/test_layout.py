@@ -17,7 +17,7 @@ LAYERS = [
     {"specviz.common", "specviz.childproc"},
     {"specviz.analysis", "specviz.prompts", "specviz.telemetry"},
     {"specviz.models"},
-    {"specviz.engine"},  # with kernels/: the engine's hot step, reached through kernels.get_accept_fn
+    {"specviz.engine"},  # with kernels/, loaded as specviz.engine.kernels.*: the engine's hot step
     {"specviz.run"},
     {"specviz.measure"},
     {"specviz.peers"},  # talking to other servers (vLLM): process control, /metrics parsing
@@ -30,8 +30,6 @@ MAX_LINES = 400
 
 
 def component(module: str) -> str | None:
-    if module == "kernels" or module.startswith("kernels."):
-        return "specviz.engine"
     for layer in LAYERS:
         for c in layer:
             if module == c or module.startswith(c + "."):
@@ -73,8 +71,8 @@ def resolve(name: str, known: set[str]) -> str | None:
 
 def graph() -> dict[str, set[str]]:
     mods = dict(modules())
-    mods.update({"kernels": ROOT / "kernels" / "__init__.py", "kernels.spec_verify": ROOT / "kernels" / "spec_verify.py",
-                 "kernels.tree_verify": ROOT / "kernels" / "tree_verify.py"})
+    # kernels/*.py are specviz.engine.kernels' package path (they import as specviz.engine.kernels.NAME)
+    mods.update({f"specviz.engine.kernels.{p.stem}": p for p in sorted((ROOT / "kernels").glob("*.py"))})
     known = set(mods)
     g = {}
     for name, path in mods.items():
@@ -141,3 +139,13 @@ def test_the_decoder_is_built_only_in_run():
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "SpecDecoder":
                 builders.append(name)
     assert set(builders) <= {"specviz.run"}, builders
+
+
+def test_nothing_imports_the_kernels_folder_as_a_top_level_package():
+    """`kernels` is the Hugging Face package transformers imports; the repo's kernels/ folder is
+    reached only as specviz.engine.kernels, and has no __init__.py that could shadow it."""
+    assert not (ROOT / "kernels" / "__init__.py").exists()
+    files = [*PKG.rglob("*.py"), *(ROOT / "kernels").glob("*.py"), *(ROOT / "tests").glob("*.py"),
+             *(ROOT / "bench").glob("*.py"), *(ROOT / "pages").glob("*.py"), ROOT / "app.py"]
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in files for m, n in imports_of(p) if m.split(".")[0] == "kernels"]
+    assert bad == []

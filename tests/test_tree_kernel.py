@@ -18,8 +18,8 @@ DEV = "cpu" if INTERPRETING else "cuda"
 
 pytest.importorskip("triton")
 
-import kernels  # noqa: E402
-from kernels.tree_verify import _accept_tree_triton, accept_tree_triton  # noqa: E402
+from specviz.engine import kernels  # noqa: E402
+from specviz.engine.kernels.tree_verify import _accept_tree_triton, accept_tree_triton  # noqa: E402
 from specviz.engine.sampling import SamplingParams  # noqa: E402
 from specviz.engine.tree import TokenTree, accept_tree  # noqa: E402
 
@@ -199,6 +199,6 @@ def test_choosing_the_torch_tree_walk_does_not_import_triton():
     import subprocess
     import sys
 
-    code = "import sys, kernels; kernels.get_accept_tree_fn('torch'); assert 'triton' not in sys.modules"
+    code = "import sys; from specviz.engine import kernels; kernels.get_accept_tree_fn('torch'); assert 'triton' not in sys.modules"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True)

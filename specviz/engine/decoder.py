@@ -29,8 +29,9 @@ from typing import Iterator
 import torch
 
 from specviz.engine import streams
+from specviz.engine.kernels import get_accept_fn
 from specviz.engine.ragged import RaggedCache, left_pad
-from specviz.engine.sampling import SamplingParams, accept_reference
+from specviz.engine.sampling import SamplingParams
 from specviz.engine.transfer import host_tensor
 from specviz.engine.treestep import default_accept_tree_fn, tree_phases
 
@@ -72,10 +73,6 @@ def _sync(device: torch.device) -> None:
 
 def default_accept_fn(device: torch.device):
     """The fused Triton kernel on CUDA, the torch reference elsewhere (SPECVIZ_ACCEPT_IMPL overrides)."""
-    try:
-        from kernels import get_accept_fn
-    except ImportError:  # specviz used without the repo's kernels/ package
-        return accept_reference
     return get_accept_fn(None if device.type == "cuda" else "torch")
 
 

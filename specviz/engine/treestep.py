@@ -21,8 +21,9 @@ import dataclasses
 import torch
 
 from specviz.engine import streams
+from specviz.engine.kernels import get_accept_tree_fn
 from specviz.engine.transfer import host_tensor
-from specviz.engine.tree import TokenTree, accept_tree, ancestor_mask
+from specviz.engine.tree import TokenTree, ancestor_mask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,10 +34,6 @@ class TreeShape:
 
 def default_accept_tree_fn(device: torch.device):
     """The Triton tree walk on CUDA, the torch reference elsewhere (SPECVIZ_ACCEPT_IMPL overrides)."""
-    try:
-        from kernels import get_accept_tree_fn
-    except ImportError:  # specviz used without the repo's kernels/ package
-        return accept_tree
     return get_accept_tree_fn(None if device.type == "cuda" else "torch")
 
 

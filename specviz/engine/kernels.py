@@ -1,8 +1,14 @@
 """GPU kernels, each next to its torch reference; this module only picks the implementation.
 
-Importing ``kernels`` never imports triton: ``kernels.spec_verify`` (the chain rule) and
-``kernels.tree_verify`` (the token-tree walk) are loaded the first time the Triton path is actually
-chosen, so CPU-only machines (and machines without triton) work.
+The kernels live in the repository's top-level ``kernels/`` folder, which is this module's
+package path: ``specviz.engine.kernels.spec_verify`` (the chain rule) and
+``specviz.engine.kernels.tree_verify`` (the token-tree walk) are files in that folder. They are
+never importable as a top-level ``kernels``, a name that belongs to the Hugging Face package
+transformers imports (the folder had an ``__init__.py`` and, with the repo root on the import
+path, shadowed it: every model load failed).
+
+Importing this module never imports triton: the kernel files are loaded the first time the
+Triton path is actually chosen, so CPU-only machines (and machines without triton) work.
 """
 
 from __future__ import annotations
@@ -12,10 +18,14 @@ import importlib.util
 import os
 from typing import Callable
 
+from pathlib import Path
+
 import torch
 
 from specviz.engine.sampling import Verdict, accept_reference
 from specviz.engine.tree import TreeVerdict, accept_tree
+
+__path__ = [str(Path(__file__).resolve().parents[2] / "kernels")]  # a package whose files are kernels/*.py
 
 ENV_VAR = "SPECVIZ_ACCEPT_IMPL"  # "torch" or "triton": overrides the automatic choice
 IMPLS = ("torch", "triton")
@@ -32,7 +42,7 @@ def get_accept_fn(force: str | None = None) -> AcceptFn:
     Triton one needs CUDA tensors (or TRITON_INTERPRET=1), so pass force="torch" for a model
     on the CPU of a CUDA machine.
     """
-    return _pick(force, accept_reference, "kernels.spec_verify", "accept_triton", "acceptance kernel")
+    return _pick(force, accept_reference, "specviz.engine.kernels.spec_verify", "accept_triton", "acceptance kernel")
 
 
 def get_accept_tree_fn(force: str | None = None) -> AcceptTreeFn:
@@ -40,7 +50,7 @@ def get_accept_tree_fn(force: str | None = None) -> AcceptTreeFn:
 
     The same choice as ``get_accept_fn`` (force > $SPECVIZ_ACCEPT_IMPL > CUDA and triton), so one
     setting switches both rules."""
-    return _pick(force, accept_tree, "kernels.tree_verify", "accept_tree_triton", "tree kernel")
+    return _pick(force, accept_tree, "specviz.engine.kernels.tree_verify", "accept_tree_triton", "tree kernel")
 
 
 def _pick(force: str | None, reference: Callable, module: str, name: str, what: str) -> Callable:
