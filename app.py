@@ -46,8 +46,12 @@ with st.sidebar:
                 help="replay the target's and the draft's forwards as CUDA graphs over a static KV cache: the same "
                      "tokens, less host work per step" if cuda else "needs a CUDA GPU: this machine has none")
 
-    v = appstate.sidebar_values(st.session_state)
-    draft = appstate.draft_spec(st.session_state)
+    try:  # a SPEC this bind does not serve (specviz.app.exposure) stops here: no page runs with it
+        v = appstate.sidebar_values(st.session_state)
+        draft = appstate.draft_spec(st.session_state)
+    except SpecvizError as e:
+        st.error(str(e))
+        st.stop()
     # The Server page reads a vLLM server's counters: it needs no model, so none loads for it.
     if page.title == "Server":
         st.caption("the Server page loads no model: it reads a vLLM server's /metrics")

@@ -16,6 +16,7 @@ import streamlit as st
 from specviz.measure.correctness import acceptance_distribution_check, divergence_rows  # noqa: F401
 from specviz.app.liverun import (HEARTBEAT_TIMEOUT_S, RUNNING, LiveRun, error_message, start_run, warm_up,  # noqa: F401
                                   yield_cores)
+from specviz.app import exposure
 from specviz.common import SpecvizError
 from specviz.analysis.costs import trace_calibration
 from specviz.analysis.tracestats import alpha_from_trace, decoder_for, draft_cost_ratio, predicted_speedup  # noqa: F401
@@ -31,11 +32,12 @@ BANNER_POLL_S = 5.0  # how often another page's run banner polls the run (its he
 
 
 def draft_spec(state) -> str:
-    """The draft SPEC from the sidebar: default, ngram, none, or a model SPEC."""
+    """The draft SPEC from the sidebar: default, ngram, none, or a model SPEC. SpecvizError when this
+    bind may not load it (specviz.app.exposure): every run and job reads its draft here."""
     kind = state.get("draft_kind", "default")
-    if kind == "model":
-        return (state.get("draft_spec") or "").strip()
-    return kind
+    spec = (state.get("draft_spec") or "").strip() if kind == "model" else kind
+    exposure.check_model_allowed(spec, exposure.exposed_now())
+    return spec
 
 
 # The Live page's request queue (specviz.app.queueview's controls): 0 requests = one static batch.
@@ -55,7 +57,11 @@ def has_cuda() -> bool:
 
 
 def sidebar_values(state) -> dict:
-    return {k: state.get(k, v) for k, v in SIDEBAR_DEFAULTS.items()}
+    """The sidebar's settings. SpecvizError when this bind may not load the target (specviz.app.exposure):
+    every run, job and cached model reads its target here."""
+    values = {k: state.get(k, v) for k, v in SIDEBAR_DEFAULTS.items()}
+    exposure.check_model_allowed(values["target"], exposure.exposed_now())
+    return values
 
 
 # ---- cached resources shared by every session ------------------------------------------------------
@@ -138,8 +144,8 @@ def current_trace() -> dict | None:
 
 def loaded_target():
     """The sidebar's target if it is loaded and loads without error, else None."""
-    v = sidebar_values(st.session_state)
     try:
+        v = sidebar_values(st.session_state)  # refuses a target this bind does not serve
         return cached_model(v["target"], v["device"], v["dtype"])
     except Exception:
         return None
