@@ -83,8 +83,10 @@ def poll_panel():
     if not watch.scrapes:
         return
     last = watch.scrapes[-1]
-    st.caption(f"{url} · vLLM {watch.version or '(version not reported)'} · model "
-               f"{', '.join(last.models) or '(unnamed)'} · {len(watch.scrapes)} scrapes")
+    # The version and model names are the server's text: plain() makes them inert for Markdown.
+    version = servermon.plain(watch.version) if watch.version else "(version not reported)"
+    models = ", ".join(servermon.plain(m) for m in last.models[:8]) or "(unnamed)"
+    st.caption(f"{servermon.plain(url, 300)} · vLLM {version} · model {models} · {len(watch.scrapes)} scrapes")
     total = servermon.since_attached(watch.scrapes)
     if total is None:
         st.info("attached: the first numbers come with the next scrape, a second from now")

@@ -33,17 +33,23 @@ def without(text: str, *names: str) -> str:
 
 
 class MetricsServer:
-    """Serves ``routes[path] = (status, content type, body)``; change ``routes`` between requests."""
+    """Serves ``routes[path] = (status, content type, body[, {header: value}])``; change ``routes``
+    between requests. ``requests`` lists the path of every request it got, in order (a proxy's request
+    line carries the full URL)."""
 
     def __init__(self, routes: dict | None = None):
         self.routes = dict(routes or {})
+        self.requests: list[str] = []
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
-                status, ctype, body = owner.routes.get(self.path, (404, "text/plain", "not found"))
+                owner.requests.append(self.path)
+                status, ctype, body, *extra = owner.routes.get(self.path, (404, "text/plain", "not found"))
                 data = body.encode() if isinstance(body, str) else body
                 self.send_response(status)
+                for name, value in (extra[0] if extra else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

@@ -7,11 +7,13 @@ the server ran). No model is loaded: everything comes from the server's counters
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Callable
 
 from specviz.analysis import analytic as an
 from specviz.analysis.costs import read_calibration
+from specviz.app import exposure
 from specviz.common import SpecvizError, cache_dir
 from specviz.peers import metrics
 
@@ -32,7 +34,23 @@ class Watch:
     polls: int = 0
 
 
-def poll(watch: Watch, fetch: Callable = metrics.scrape, version: Callable = metrics.server_version) -> None:
+def page_scrape(url: str) -> metrics.Scrape:
+    """The page's scrape: on an exposed bind only the SPECVIZ_SERVER_ALLOW hosts (specviz.app.exposure)."""
+    return metrics.scrape(url, allow=exposure.server_fetch_allow(exposure.exposed_now()))
+
+
+def page_version(url: str) -> str | None:
+    return metrics.server_version(url, allow=exposure.server_fetch_allow(exposure.exposed_now()))
+
+
+def plain(text, limit: int = 80) -> str:
+    """A server's text (a version, a model name) made inert for Markdown: every ASCII punctuation mark
+    backslash-escaped (no links, images, HTML or formulas), control characters as spaces, cut at ``limit``."""
+    text = re.sub(r"[\x00-\x1f\x7f]", " ", str(text))[:limit]
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
+
+
+def poll(watch: Watch, fetch: Callable = page_scrape, version: Callable = page_version) -> None:
     """Scrape once and append; a failed scrape sets ``watch.error`` and keeps the history."""
     watch.polls += 1
     try:

@@ -29,17 +29,16 @@ Derived (as vLLM's own logger does; SPECDEC.md vocabulary: accepted / recovered 
 from __future__ import annotations
 
 import dataclasses
+import http
 import json
-import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from specviz.analysis.tracestats import alpha_from_accepted
 from specviz.common import SpecvizError
+from specviz.peers import fetch
 
 PREFIX = "vllm:"
 SPEC_COUNTERS = {  # our name -> vLLM's metric name (without _total)
@@ -58,6 +57,10 @@ MAX_BYTES = 16 << 20  # a /metrics page is ~100 kB; more is not a metrics page
 
 NO_SPEC = ("this vLLM server reports no speculative-decoding counters (vllm:spec_decode_*): it was started "
            "without a speculative config; throughput and requests are still shown")
+
+
+class NotPrometheus(SpecvizError):
+    """Text the Prometheus parser rejects (the message quotes none of it: it came from another server)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +91,8 @@ def parse(text: str, t: float = 0.0, model: str | None = None) -> Scrape:
     samples of that model_name."""
     try:
         families = list(text_string_to_metric_families(text))
-    except (ValueError, IndexError, TypeError) as e:  # the parser's errors for a malformed line
-        first = next((ln for ln in text.splitlines() if ln.strip()), "")[:60]
-        raise SpecvizError(f"not Prometheus metrics text ({e}; it starts {first!r})") from None
+    except (ValueError, IndexError, TypeError):  # the parser's errors for a malformed line (they quote it)
+        raise NotPrometheus("not Prometheus metrics text") from None
     wanted = {v: k for k, v in {**SPEC_COUNTERS, **COUNTERS}.items()}
     gauges_wanted = {v: k for k, v in GAUGES.items()}
     counters, gauges, per_pos, models, any_vllm = {}, {}, {}, set(), False
@@ -112,7 +114,7 @@ def parse(text: str, t: float = 0.0, model: str | None = None) -> Scrape:
                 try:
                     j = int(s.labels["position"])
                 except (KeyError, ValueError):
-                    raise SpecvizError(f"{PER_POSITION} sample without an integer position label: {s.labels}") from None
+                    raise SpecvizError(f"{PER_POSITION} sample without an integer position label") from None
                 per_pos[j] = per_pos.get(j, 0.0) + float(s.value)
     if not any_vllm:
         raise SpecvizError("no vllm: metrics in this Prometheus text: not a vLLM server")
@@ -261,46 +263,48 @@ def metrics_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def _get(url: str, timeout: float) -> tuple[str, str]:
-    """(body, content type) of a GET, or SpecvizError saying in one line why not."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            body = r.read(MAX_BYTES + 1)
-            ctype = r.headers.get("Content-Type", "")
-    except urllib.error.HTTPError as e:
-        raise SpecvizError(f"{url} answered HTTP {e.code} ({e.reason}): not a vLLM server's metrics page") from None
-    except (socket.timeout, TimeoutError):
-        raise SpecvizError(f"{url} did not answer within {timeout:g} s") from None
-    except urllib.error.URLError as e:
-        reason = e.reason.strerror if isinstance(e.reason, OSError) and e.reason.strerror else e.reason
-        raise SpecvizError(f"cannot reach {url}: {reason} (is the server running at that address?)") from None
-    except (OSError, ValueError) as e:  # a reset connection, a malformed reply
-        raise SpecvizError(f"cannot read {url}: {e}") from None
-    if len(body) > MAX_BYTES:
+def _get(url: str, timeout: float, allow=None) -> tuple[str, int, str]:
+    """(body, status, media type) of a GET through specviz.peers.fetch (no redirects, no proxies, no
+    link-local or metadata address, ``allow``'s hosts only when given), or SpecvizError in one line."""
+    r = fetch.get(url, timeout, MAX_BYTES, allow)
+    if 300 <= r.status < 400:
+        raise SpecvizError(f"{url}: the server answered {r.status} (a redirect to another address), "
+                           "which specviz does not follow")
+    if not 200 <= r.status < 300:
+        try:
+            phrase = f" ({http.HTTPStatus(r.status).phrase})"  # ours: the server's own reason text is not shown
+        except ValueError:
+            phrase = ""
+        raise SpecvizError(f"{url} answered HTTP {r.status}{phrase}: not a vLLM server's metrics page")
+    if len(r.body) > MAX_BYTES:
         raise SpecvizError(f"{url} sent over {MAX_BYTES >> 20} MB: not a metrics page")
     try:
-        return body.decode("utf-8"), ctype
+        return r.body.decode("utf-8"), r.status, r.content_type
     except UnicodeDecodeError:
         raise SpecvizError(f"{url} sent bytes that are not text: not a metrics page") from None
 
 
-def scrape(url: str, timeout: float = 2.0, model: str | None = None) -> Scrape:
-    """Read and parse a vLLM server's /metrics (``url`` as :func:`metrics_url` takes it)."""
+def scrape(url: str, timeout: float = 2.0, model: str | None = None, allow=None) -> Scrape:
+    """Read and parse a vLLM server's /metrics (``url`` as :func:`metrics_url` takes it; ``allow``: the
+    only hosts to fetch, None = any, as specviz.peers.fetch.get takes it)."""
     murl = metrics_url(url)
-    text, _ = _get(murl, timeout)
+    text, status, ctype = _get(murl, timeout, allow)
     t = time.monotonic()
     try:
         return parse(text, t=t, model=model)
+    except NotPrometheus:
+        raise SpecvizError(f"{murl}: not Prometheus text (HTTP {status}, content type {ctype})") from None
     except SpecvizError as e:
         raise SpecvizError(f"{murl}: {e}") from None
 
 
-def server_version(url: str, timeout: float = 2.0) -> str | None:
-    """vLLM's version from its /version endpoint, or None when it has none (best effort)."""
+def server_version(url: str, timeout: float = 2.0, allow=None) -> str | None:
+    """vLLM's version from its /version endpoint (at most 64 characters), or None when it has none
+    (best effort). It is the server's text: escape it before it reaches Markdown."""
     base = metrics_url(url).removesuffix("/metrics")
     try:
-        text, _ = _get(base + "/version", timeout)
+        text, _, _ = _get(base + "/version", timeout, allow)
         v = json.loads(text).get("version")
     except (SpecvizError, ValueError, AttributeError):
         return None
-    return str(v) if v else None
+    return str(v)[:64] if v else None
