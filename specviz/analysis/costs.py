@@ -101,12 +101,12 @@ def read_calibration(p: Path) -> Calibration | None:
     """The calibration record in ``p``, or None when there is none, it does not parse, or it is a partial
     one (``"partial": true``: an interrupted run's points, no fit yet; a cost model fitted on some batch
     sizes and no overhead would mislead every prediction past them)."""
-    if not p.is_file():
-        return None
-    try:
+    try:  # the name comes from a trace's config: one too long for the file system is no record either
+        if not p.is_file():
+            return None
         d = json.loads(p.read_text())
         return None if d.get("partial") else Calibration.from_json(d)
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
