@@ -16,7 +16,7 @@ from specviz.analysis.analytic import expected_accepted, positions_tried, ragged
 def _decoder(tokenizer):
     @lru_cache(maxsize=200_000)
     def one(t: int) -> str:
-        return tokenizer.decode([t], skip_special_tokens=False)
+        return _decode_one(tokenizer, t)
 
     def decode(ids: list[int]) -> str:
         return "".join(one(int(t)) for t in ids)
@@ -24,14 +24,30 @@ def _decoder(tokenizer):
     return decode
 
 
+def _decode_one(tokenizer, t: int) -> str:
+    """One id's text, or "[id]" for an id the tokenizer lacks (a trace of another model, a hostile
+    one): a fast tokenizer raises OverflowError for -1, and a page drawing it would break."""
+    try:
+        return tokenizer.decode([t], skip_special_tokens=False)
+    except (OverflowError, ValueError, TypeError, IndexError, KeyError):
+        return f"[{t}]"
+
+
 def decoder_for(tokenizer):
-    """A fast ``decode(ids) -> str`` (token by token, memoised); None without a tokenizer."""
+    """A fast ``decode(ids) -> str`` (token by token, memoised); None without a tokenizer. It never
+    raises for an id: one the tokenizer lacks reads "[id]"."""
     if tokenizer is None or not hasattr(tokenizer, "decode"):
         return None
     try:
         return _decoder(tokenizer)
     except TypeError:  # unhashable tokenizer
-        return lambda ids: tokenizer.decode(list(ids))
+        def decode(ids: list[int]) -> str:
+            try:
+                return tokenizer.decode(list(ids))
+            except (OverflowError, ValueError, TypeError, IndexError, KeyError):
+                return "".join(_decode_one(tokenizer, int(t)) for t in ids)
+
+        return decode
 
 
 # ---- alpha: two estimators, one name each ---------------------------------------------------------
