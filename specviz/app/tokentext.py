@@ -4,10 +4,10 @@ strings (Markdown or HTML); no Streamlit, no plotly."""
 
 from __future__ import annotations
 
-import html
 from typing import Callable
 
 from specviz.app.charts import KIND_COLORS, SPECIAL, special_label, token_kinds
+from specviz.app.safetext import html_text, md_escape
 
 Decode = Callable[[list[int]], str]
 
@@ -54,12 +54,12 @@ def short_label(option: str) -> str:
 def _piece(t: int, decode: Decode | None) -> str:
     """One output token as HTML: its text, or a grey marker for a special token (<|im_end|>...)."""
     if decode is None:
-        return html.escape(f"[{t}]")
+        return html_text(f"[{t}]")
     text = decode([t])
     if SPECIAL.fullmatch(text.strip()):
-        return (f'<span style="color:#999;font-size:85%" title="special token {html.escape(text)}">'
-                f'{special_label(text.strip())}</span>')
-    return html.escape(text)
+        return (f'<span style="color:#999;font-size:85%" title="special token {html_text(text)}">'
+                f'{html_text(special_label(text.strip()))}</span>')
+    return html_text(text)
 
 
 def legend_html() -> str:
@@ -82,7 +82,7 @@ def token_html(trace: dict, decode: Decode | None = None, max_rows: int | None =
         spans = [f'<span style="color:{KIND_COLORS[kind]}" title="{kind}, step {step}">{_piece(t, decode)}</span>'
                  for t, kind, step in toks]
         reason = finish.get(i)
-        tail = f' <span style="color:#999">[{reason}]</span>' if reason else ""
+        tail = f' <span style="color:#999">[{html_text(reason)}]</span>' if reason else ""
         out.append((i, f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}{tail}</div>'))
     return out
 
@@ -130,7 +130,8 @@ def step_html(d: dict, decode: Decode | None = None) -> str:
 def draft_text(cfg: dict, c: float | None) -> str:
     """"What is this draft", from a trace's config: layers and parameters against the target's
     (its own apart from the target embedding it reuses) and the measured cost ratio c."""
-    name = cfg.get("draft_name") or cfg.get("draft")
+    raw = cfg.get("draft_name") or cfg.get("draft")
+    name = md_escape(raw) if raw else raw
     end = f"; measured cost ratio c = {c:.3f} (one draft token costs {100 * c:.1f}% of a target verify step)." if c else "."
     if cfg.get("draft_params") and cfg.get("draft_params") == cfg.get("target_params"):
         return (f"**What is this draft:** the target's own weights ({cfg['draft_layers']} layers, "
@@ -143,7 +144,7 @@ def draft_text(cfg: dict, c: float | None) -> str:
                  "embedding)" if own < cfg["draft_params"] else "")
         return (f"**What is this draft:** {name}: {cfg.get('draft_layers')} layers, "
                 f"{own / 1e6:.0f}M parameters{reuse}{tgt}; it shares the target's tokenizer{end}")
-    if name and str(name).startswith("ngram"):
+    if raw and str(raw).startswith("ngram"):
         return ("**What is this draft:** prompt lookup (n-grams): no model, it proposes the tokens that followed "
                 f"the row's last few tokens earlier in its own context, so it costs almost nothing{end}")
     return f"**What is this draft:** {name}{end}" if name else ""
@@ -165,7 +166,8 @@ def exactness_text(ex: dict, dtype: str = "") -> str:
                    + "so a lead of a step or two can flip. Choose float32 in the sidebar, or use the Correctness "
                      "page, to see every row identical.")
         else:
-            why = (f" A tiny margin is a near-tie that a (k+1)-token verify rounds differently in {dtype or 'this dtype'}"
+            why = (f" A tiny margin is a near-tie that a (k+1)-token verify rounds differently in "
+                   f"{md_escape(dtype) if dtype else 'this dtype'}"
                    ", not a bookkeeping bug; the Correctness page checks exactness in float32.")
         line += f" Diverged: {where}.{why}"
     return line
