@@ -8,6 +8,7 @@ import streamlit as st
 
 from specviz.analysis.explain import exactness
 from specviz.app import devicequeue, jobs, modelcharts, state as appstate, tokentext
+from specviz.app.safetext import md_escape
 from specviz.common import SpecvizError
 from specviz.prompts import sets as promptsets
 from specviz.run import RunConfig, get_model, make_proposer, run
@@ -97,7 +98,7 @@ def last_run_exactness() -> str:
     if not trace or not reg or trace.get("config", {}).get("temperature", 0) != 0:
         return ""
     ex = exactness(appstate.divergence_rows(trace, reg, None))
-    dtype = trace["config"].get("dtype", "")
+    dtype = md_escape(trace["config"].get("dtype", ""))  # a trace's text (it may come from an upload)
     return (f"The last Live run ({dtype}, greedy, raced): output identical to regular decoding in "
             f"{ex['identical']}/{ex['rows']} rows")
 

@@ -8,6 +8,7 @@ import torch
 from specviz import telemetry
 from specviz.analysis.hardware import verify_use
 from specviz.app import charts, devicequeue, jobs, state as appstate
+from specviz.app.safetext import md_escape
 from specviz.analysis.costs import trace_calibration
 from specviz.common import SpecvizError
 from specviz.measure.calibrate import calibration_load_warning
@@ -29,7 +30,7 @@ except SpecvizError as e:
 # ---- device facts ----------------------------------------------------------------------------
 st.subheader("Device")
 info = hardware_info(device, dtype)
-st.table({k: [str(val)] for k, val in info.items()})
+st.table({k: [md_escape(val)] for k, val in info.items()})  # st.table reads Markdown: device names show as they are
 
 # ---- utilization of the current trace ---------------------------------------------------------
 st.subheader("Utilization of the last run")
@@ -113,7 +114,7 @@ else:
         ("engine overhead per speculative step (ms)", f"{costs.overhead * 1e3:.2f}"))], hide_index=True)
     cal = trace_calibration(trace)
     if cal is not None and (busy := calibration_load_warning(cal)):
-        st.warning(f"This calibration ({cal.created or 'undated'}): {busy} "
+        st.warning(f"This calibration ({md_escape(cal.created or 'undated')}): {busy} "
                    "(`python -m specviz calibrate`, or the Sweep's next run after deleting it).")
 
 # ---- kernels -------------------------------------------------------------------------------------

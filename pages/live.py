@@ -11,6 +11,7 @@ import streamlit as st
 
 from specviz.analysis import explain
 from specviz.app import state as appstate, charts, devicequeue, tokentext, treeview, queueview
+from specviz.app.safetext import md_escape
 from specviz.app.upload import read_trace_upload, trace_csv_zip
 
 from specviz.prompts import sets as promptsets
@@ -200,9 +201,13 @@ def exactness_line(trace: dict, regular: dict | None) -> None:
 
 def draw(trace: dict, decode, live: bool, regular: dict | None = None, with_charts: bool = True) -> None:
     cfg = trace.get("config", {})
-    st.caption(f"b={cfg.get('batch_size')}, k={cfg.get('draft_length')}, controller={cfg.get('controller')}, "
-               f"mode={cfg.get('mode')}, target={cfg.get('target_name') or cfg.get('target')}, "
-               f"draft={cfg.get('draft_name') or cfg.get('draft')}, {len(trace.get('steps', []))} steps")
+
+    def text(*keys) -> str:  # the first of these config texts, shown as it is (it may come from an upload)
+        return md_escape(next((cfg[k] for k in keys if cfg.get(k)), None))
+
+    st.caption(f"b={cfg.get('batch_size')}, k={cfg.get('draft_length')}, controller={text('controller')}, "
+               f"mode={text('mode')}, target={text('target_name', 'target')}, "
+               f"draft={text('draft_name', 'draft')}, {len(trace.get('steps', []))} steps")
     glossary()
     headline(trace, regular)
     if with_charts:
@@ -301,7 +306,7 @@ def live_view() -> None:
         st.info("Press Run to start, or load a trace below.")
         return
     if (st.session_state.get(appstate.TRACE_SOURCE_KEY) or "").startswith("upload"):
-        st.caption(f"showing {st.session_state[appstate.TRACE_SOURCE_KEY]}")
+        st.caption(f"showing {md_escape(st.session_state[appstate.TRACE_SOURCE_KEY])}")  # the file's name
     draw(trace, appstate.trace_decoder(trace), live=False, regular=st.session_state.get("regular_trace"))
 
 
@@ -379,17 +384,19 @@ if trace_now is not None and not running:
 upload = st.file_uploader("Load a trace recorded elsewhere (specviz JSON): every page then shows it",
                           type=["json"], key="upload")
 if upload is not None and st.session_state.get("_upload_id") == upload.file_id and st.session_state.get("_upload_error"):
-    st.error(st.session_state["_upload_error"])
+    st.error(md_escape(st.session_state["_upload_error"]))
 if upload is not None and st.session_state.get("_upload_id") != upload.file_id:
     st.session_state["_upload_id"] = upload.file_id
     st.session_state["_upload_error"] = None
+    target = appstate.loaded_target()  # its tokenizer decodes the trace's ids: they must be in its vocabulary
     try:  # size, UTF-8, JSON, version and the shape of every field the pages read (specviz.app.upload)
-        loaded = read_trace_upload(upload.name, upload.getvalue())
+        loaded = read_trace_upload(upload.name, upload.getvalue(), vocab_size=len(target.tokenizer) if target else None,
+                                   target_name=target.name if target else None)
         charts.token_kinds(loaded)  # reject a file whose steps are not trace records
     except (ValueError, KeyError, TypeError) as e:
         msg = str(e) if isinstance(e, ValueError) else f"{upload.name}: not a specviz trace ({e})"
         st.session_state["_upload_error"] = msg
-        st.error(msg)
+        st.error(md_escape(msg))  # the file's name and what it holds, shown as text
     else:
         st.session_state[appstate.TRACE_KEY] = loaded
         st.session_state[appstate.TRACE_SOURCE_KEY] = f"upload: {upload.name}"

@@ -1,12 +1,15 @@
 """Speedup model: the analytic speedup of speculative decoding vs k and batch size. It opens on
 the last run's b, k, α and c, with that run's measured point (and the sweep's) on the curves."""
 
+import html
+
 import streamlit as st
 
 from specviz.analysis import analytic as an
 from specviz.analysis.costs import synthetic_calibrations, trace_calibration
 from specviz.analysis.explain import batch_gain_reason, measured_speedup
 from specviz.app import modelcharts, state as appstate, tokentext
+from specviz.app.safetext import md_escape
 
 appstate.init_state()
 st.title("Speedup model")
@@ -132,10 +135,11 @@ else:
     small_name = f"{cal.target} + {cal.draft} ({cal.device}, {cal.dtype})" if cal is not None else "illustrative roofline"
     ks_small = [an.optimal_k(bb, alpha, costs_at(bb), K_MAX) for bb in all_b]
     ks_big = [an.optimal_k(bb, alpha, big.costs(bb), K_MAX) for bb in all_b]
-    st.caption(f"SYNTHETIC: random weights, so only the costs are real, measured on {big.device} in {big.dtype} "
-               f"({path.name}); acceptance is the α slider's ({alpha:.3f}), the same for both.")
-    st.plotly_chart(modelcharts.optimal_k_compare(all_b, {small_name: ks_small, f"{big.target} (synthetic)": ks_big}),
-                    key="optimal_k_synthetic")
+    st.caption(f"SYNTHETIC: random weights, so only the costs are real, measured on {md_escape(big.device)} in "
+               f"{md_escape(big.dtype)} ({md_escape(path.name)}); acceptance is the α slider's ({alpha:.3f}), the same "
+               "for both.")
+    names = {html.escape(small_name): ks_small, html.escape(f"{big.target} (synthetic)"): ks_big}  # plotly reads tags
+    st.plotly_chart(modelcharts.optimal_k_compare(all_b, names), key="optimal_k_synthetic")
 
     def best(cs_at, bb: int, kk: int) -> float:
         cs = cs_at(bb)

@@ -14,6 +14,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from specviz.analysis.trace import build_trace  # noqa: E402
 from specviz.app import state as appstate  # noqa: E402
 from specviz.app import upload as uploadmod  # noqa: E402
+from specviz.app.safetext import md_escape  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "app.py")
@@ -78,8 +79,8 @@ def test_a_hostile_upload_is_one_message_and_the_trace_on_screen_stays(name, dat
     at = app_showing(before)
     at.file_uploader(key="upload").set_value((name, data, "application/json")).run()
     assert not at.exception, [e.value for e in at.exception]
-    shown = [e.value for e in at.error]
-    assert len(shown) == 1 and shown[0].startswith(f"{name}: ") and message in shown[0], shown
+    shown = [e.value for e in at.error]  # Markdown that shows the message as it is (the name and content escaped)
+    assert len(shown) == 1 and shown[0].startswith(md_escape(f"{name}: ")) and md_escape(message) in shown[0], shown
     assert at.session_state[appstate.TRACE_KEY] is before
     assert at.session_state[appstate.TRACE_KEY]["config"]["draft_length"] == 3
 
