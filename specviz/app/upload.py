@@ -42,19 +42,26 @@ def _is_num(v) -> bool:
     return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
 
 
+_PLAIN_TYPES = frozenset({int, bool, type(None)})  # exact types: what json.loads makes, and fast to test
+
+
 def _is_plain(v) -> bool:
     """A number, a flag or nothing: what a record holds where it holds no text and no list."""
-    return v is None or isinstance(v, bool) or _is_num(v)
+    return type(v) in _PLAIN_TYPES or (type(v) is float and math.isfinite(v))
+
+
+def _all_ints(v) -> bool:
+    return type(v) is list and set(map(type, v)) <= {int}
 
 
 def _ints(v, where: str) -> None:
-    if not isinstance(v, list) or not all(_is_int(t) for t in v):
+    if not _all_ints(v):
         _fail(f"{where} must be a list of integers")
 
 
 def _ids(v, where: str, vocab: int) -> None:
     """Token ids: integers in [0, vocab), so no tokenizer's decode ever sees one it lacks."""
-    if not isinstance(v, list) or not all(_is_int(t) and 0 <= t < vocab for t in v):
+    if not _all_ints(v) or (v and (min(v) < 0 or max(v) >= vocab)):
         bad = next((t for t in v if not _is_int(t) or not 0 <= t < vocab), None) if isinstance(v, list) else None
         _fail(f"{where} must be a list of token ids in [0, {vocab})"
               + (f" (holds {bad})" if _is_int(bad) else ""))
@@ -63,7 +70,7 @@ def _ids(v, where: str, vocab: int) -> None:
 def _record(rec: dict, where: str, skip: tuple = ()) -> None:
     """Every field of ``rec`` but ``skip`` is a number, a flag or nothing, or a list of integers."""
     for key, v in rec.items():
-        if key not in skip and not _is_plain(v) and not (isinstance(v, list) and all(_is_int(t) for t in v)):
+        if not _is_plain(v) and key not in skip and not _all_ints(v):
             _fail(f"{where}.{key} must be a number")
 
 
