@@ -425,7 +425,7 @@ def test_training_resumed_after_an_interruption_ends_with_the_uninterrupted_weig
     cut = fresh()
     with pytest.raises(KeyboardInterrupt):
         train(cut, loss_fn=dies_at_step_8, state_path=state, **common)
-    assert torch.load(state, weights_only=False)["step"] == 6  # the last checkpoint before the interruption
+    assert torch.load(state, weights_only=True)["step"] == 6  # the last checkpoint before the interruption
     resumed = fresh()  # a new process: a new draft from the same start
     h_resumed = train(resumed, loss_fn=token_loss, state_path=state, **common)
     assert h_resumed["steps"] == 10 and h_resumed["loss"] == h_whole["loss"]

@@ -32,12 +32,12 @@ chunks, ~5x the tokens per second of generation) gives samples of the same shape
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from specviz.common import ATOMIC_TEMP, atomic_open, load_tensors, remove_dead_temps
 from specviz.distill.data import answer_batches, inverse_map, prompt_batches, sample_record, soft_ce, soft_labels
 from specviz.distill.train import cat_labels, init_from_target, label_positions
 from specviz.models.distilled import add_feature_input, build_draft, draft_config, fused_input
@@ -53,6 +53,7 @@ def generate_feature_data(target, prompts: list[str], data: Path, name: str, max
     already there are skipped. Batches, seeds, greedy/sampled and the deadline are
     ``specviz.distill.data.answer_batches``'s (``kwargs``: greedy_every, deadline, desc)."""
     data.mkdir(parents=True, exist_ok=True)
+    remove_dead_temps(data, ATOMIC_TEMP)  # shards a killed worker was writing
     todo = [(j, idx) for j, idx in enumerate(prompt_batches(len(prompts), batch_size))
             if j % workers == worker and not _shard(data, name, j).exists()]
     if not todo:
@@ -71,9 +72,8 @@ def _shard(data: Path, name: str, j: int) -> Path:
 
 
 def _save_shard(data: Path, name: str, j: int, samples: list[dict]) -> None:
-    tmp = data / f".{name}-{j:05d}.pt.tmp"
-    torch.save(samples, tmp)
-    os.replace(tmp, _shard(data, name, j))  # a shard is there whole or not at all
+    with atomic_open(_shard(data, name, j)) as f:  # a shard is there whole or not at all, even after a power cut
+        torch.save(samples, f)
 
 
 def label_text_features(target, chunks: list[dict], data, name: str = "text", batch_size: int = 8, topk: int = 32,
@@ -89,6 +89,7 @@ def label_text_features(target, chunks: list[dict], data, name: str = "text", ba
 
     data = Path(data)
     data.mkdir(parents=True, exist_ok=True)
+    remove_dead_temps(data, ATOMIC_TEMP)
     todo = [(j, list(range(i, min(len(chunks), i + batch_size))))
             for j, i in enumerate(range(0, len(chunks), batch_size)) if j % workers == worker]
     todo = [(j, idx) for j, idx in todo if not _same_chunks(_shard(data, name, j), chunks, idx)]
@@ -106,7 +107,7 @@ def label_text_features(target, chunks: list[dict], data, name: str = "text", ba
 def _same_chunks(path: Path, chunks: list[dict], idx: list[int]) -> bool:
     if not path.exists():
         return False
-    got = [(s["sample"], list(s["output_ids"])) for s in torch.load(path, weights_only=True)]
+    got = [(s["sample"], list(s["output_ids"])) for s in load_tensors(path, "feature shard")]
     return got == [(i, chunks[i]["output_ids"]) for i in idx]
 
 
@@ -120,7 +121,7 @@ def read_feature_samples(data: Path, name: str) -> list[dict]:
     """Every sample in ``data/name-*.pt``, ordered by sample index."""
     out = []
     for p in sorted(data.glob(f"{name}-*.pt")):
-        for s in torch.load(p, weights_only=True):
+        for s in load_tensors(p, "feature shard"):
             s["topk_ids"], s["topk_logits"] = s["topk_ids"].numpy().astype(np.int64), s["topk_logits"].numpy().astype(np.float32)
             out.append(s)
     return sorted(out, key=lambda s: s["sample"])

@@ -162,9 +162,16 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
     bar = tqdm(total=steps, desc="train", file=sys.stderr, mininterval=2)
     step = 0
     key = fingerprint(train_data, val_data, steps, batch_size, lr, seed, weight_decay, warmup, eval_every)
+    if state_path is not None:
+        from specviz.common import ATOMIC_TEMP, remove_dead_temps
+
+        remove_dead_temps(Path(state_path).parent, ATOMIC_TEMP)  # a state a killed run was writing
     if state_path is not None and Path(state_path).is_file():
-        state = torch.load(state_path, weights_only=False)
-        if state.get("fingerprint") == key:
+        from specviz.common import load_tensors
+
+        # tensors and plain values only: a train-state.pt planted in --out must not run code when resumed
+        state = load_tensors(state_path, "training state")
+        if isinstance(state, dict) and state.get("fingerprint") == key:
             draft.load_state_dict(state["draft"], strict=False)
             opt.load_state_dict(state["opt"])
             step, hist, best, best_state = state["step"], state["hist"], state["best"], state["best_state"]
@@ -178,14 +185,12 @@ def train(draft, train_data, val_data, steps: int, batch_size: int, lr: float, s
 
     def save_state():
         if state_path is not None:
-            import io
+            from specviz.common import atomic_open
 
-            from specviz.common import write_atomic
-
-            buf = io.BytesIO()
-            torch.save({"fingerprint": key, "step": step, "draft": _own(draft), "opt": opt.state_dict(), "hist": hist,
-                        "best": best, "best_state": best_state}, buf)
-            write_atomic(state_path, buf.getvalue())
+            # plain values and tensors only, so a resume reads it with weights_only (load_tensors)
+            with atomic_open(state_path) as f:
+                torch.save({"fingerprint": key, "step": step, "draft": _own(draft), "opt": opt.state_dict(),
+                            "hist": hist, "best": best, "best_state": best_state}, f)
 
     def checkpoint():
         nonlocal best, best_state
