@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from specviz.common import SpecvizError
+from specviz.common import SpecvizError, write_atomic
 from specviz.distill import feature, token
 from specviz.distill.data import build_vocab_map, generate_data, generate_parallel, log, read_shards
 from specviz.distill.evaluate import cost_ratio, eval_acceptance
@@ -135,7 +135,7 @@ def _check_data_meta(data: Path, meta: dict) -> None:
         if diff:
             raise SpecvizError(f"data in {data} was made with other settings {diff}: pass another --data directory")
     data.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(meta))
+    write_atomic(path, json.dumps(meta))
 
 
 def _base_map(path: str, size: int, vocab_size: int, always=()) -> list[int]:
@@ -232,7 +232,7 @@ def _text_samples(a, target, kind: Kind, data: Path):
     docs = documents(a.text)
     chunks = chunk_documents(docs, target.tokenizer, a.text_chunk_tokens, a.text_tokens)
     manifest = source_manifest(docs, chunks)
-    (data / "text-sources.json").write_text(json.dumps({"sha256": manifest_sha256(manifest), "files": manifest}, indent=1))
+    write_atomic(data / "text-sources.json", json.dumps({"sha256": manifest_sha256(manifest), "files": manifest}, indent=1))
     generate_parallel(target, a.gen_workers, kind.label_text, chunks=chunks, data=data, name="text",
                       batch_size=a.text_batch_size, topk=a.topk, desc="text labels")
     samples = kind.read_text(data, chunks)
@@ -343,9 +343,9 @@ def cmd_distill(a) -> int:
     report["data"]["text"] = None if sources is None else {**sources, "samples": len(text_samples), "label_s": label_s,
                                                            "tokens": sum(len(s["output_ids"]) for s in text_samples)}
     report["data"]["extra"] = extra or None
-    (out / "report.json").write_text(json.dumps(report, indent=1))
+    write_atomic(out / "report.json", json.dumps(report, indent=1))
     text = format_report(report)
-    (out / "README.md").write_text(readme(report, text))
+    write_atomic(out / "README.md", readme(report, text))
     print(text)
     log(f"draft written to {out} (use it as --draft {out})")
     return 0

@@ -163,7 +163,37 @@ def open_shard(path: Path):
             except BlockingIOError:
                 raise SpecvizError(f"{path} is being written by another process (another distill with this --data, "
                                    f"or a worker of a stopped one): let it finish or stop it, then rerun to resume") from None
+        trim_torn_tail(path)  # under the lock: no writer can be adding to it now
         yield f
+
+
+def trim_torn_tail(path: Path) -> int:
+    """Cut a shard's last line off when a crash tore it (no newline, or not JSON), so the next record
+    starts on a line of its own instead of being glued to the fragment and lost with it. Returns the
+    bytes cut."""
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size:
+            f.seek(size - 1)
+        whole = size > 0 and f.read(1) == b"\n"
+        end = size - 1 if whole else size  # the last line is [start, end)
+        start, window = 0, 1 << 16
+        while True:  # back from the end to the newline before the last line
+            lo = max(0, end - window)
+            f.seek(lo)
+            at = f.read(end - lo).rfind(b"\n")
+            if at >= 0 or lo == 0:
+                start = lo + at + 1
+                break
+            window *= 4
+        if end == start:
+            return 0  # empty file, or it ends with an empty line
+        if whole:
+            f.seek(start)
+            if _parse_record(f.read(end - start).decode("utf-8", "replace")) is not None:
+                return 0
+        f.truncate(start)
+        return size - start
 
 
 def generate_data(target, prompts: list[str], data: Path, name: str, max_new: int, batch_size: int, topk: int,
@@ -253,19 +283,35 @@ def generate_parallel(target, workers: int, fn=None, **kwargs) -> None:
 
 
 def read_samples(paths) -> list[dict]:
-    """Samples from JSONL files; a torn last line (an interrupted write) is skipped."""
+    """Samples from JSONL files (read only: an --extra-data folder is not ours to change). A torn line
+    (an interrupted write) is skipped; a record glued to a torn line's fragment (a shard appended to
+    before :func:`trim_torn_tail` existed) is read from where it starts."""
     out = []
     for p in paths:
         for line in Path(p).read_text().splitlines():
-            try:
-                s = json.loads(line)
-            except json.JSONDecodeError:
+            s = _parse_record(line)
+            if s is None:
                 continue
             k = s["topk"]
             s["topk_ids"] = _dec(s["topk_ids"], np.dtype(s.get("ids_dtype", "uint16")), k).astype(np.int64)
             s["topk_logits"] = _dec(s["topk_logits"], np.float16, k).astype(np.float32)
             out.append(s)
     return out
+
+
+def _parse_record(line: str) -> dict | None:
+    """One shard line's record, or None when it is not one."""
+    for at in (0, line.rfind('{"sample": ', 1)):
+        # every record begins with its sample index (sample_record, chunk_record); inside a record that
+        # text could only sit in a JSON string, where its quotes are escaped
+        if at < 0:
+            break
+        try:
+            s = json.loads(line[at:])
+        except json.JSONDecodeError:
+            continue
+        return s if isinstance(s, dict) else None
+    return None
 
 
 # =============================================================================================
