@@ -113,27 +113,34 @@ def embedding_fingerprint(embedding: nn.Embedding) -> float:
 
 
 def save_draft(draft, out: Path, target, vocab_map: list[int], extra: dict | None = None) -> None:
-    """Write the draft; a head that is the target's own rows (:func:`head_is_targets`) is not stored."""
+    """Write the draft; a head that is the target's own rows (:func:`head_is_targets`) is not stored.
+
+    The files go into a new folder beside ``out`` that then replaces it whole
+    (:func:`specviz.wholefolder.replaced_whole`; the folder's other files, e.g. a distill run's
+    data/ and report.json, are kept): a Ctrl-C or crash mid-save leaves the previous draft as it
+    was, never new weights beside the old vocabulary map (which would load and draft wrong tokens)."""
     from safetensors.torch import save_file
 
     import copy
 
-    out.mkdir(parents=True, exist_ok=True)
+    from specviz.wholefolder import replaced_whole
+
     config = copy.deepcopy(draft.config)
     config.dtype = torch.bfloat16  # what the safetensors hold, whatever precision training ran in
-    config.to_json_file(out / "config.json")
     from_target = head_is_targets(draft, target.model)
     weights = {k: v for k, v in own_state_dict(draft).items() if not (from_target and k == "lm_head.weight")}
-    save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
     meta = {"format": DRAFT_FORMAT, "version": 1, "target": target.spec, "target_name": target.name,
             "embedding": "from_target", "embedding_fingerprint": embedding_fingerprint(target.model.get_input_embeddings()),
             "vocab_size": int(draft.config.vocab_size), "vocab_map": [int(t) for t in vocab_map],
             **({"head": "from_target"} if from_target else {}), **(extra or {})}
-    (out / DRAFT_FILE).write_text(json.dumps(meta))
-    try:
-        target.tokenizer.save_pretrained(out)
-    except Exception:  # a tokenizer without save support: the draft still loads from the target's
-        pass
+    with replaced_whole(Path(out)) as new:
+        config.to_json_file(new / "config.json")
+        save_file(weights, str(new / "model.safetensors"), metadata={"format": "pt"})
+        (new / DRAFT_FILE).write_text(json.dumps(meta))
+        try:
+            target.tokenizer.save_pretrained(new)
+        except Exception:  # a tokenizer without save support: the draft still loads from the target's
+            pass
 
 
 def is_distilled_draft(spec: str) -> bool:
