@@ -11,10 +11,12 @@ A model SPEC is one of
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import math
 import os
+import re
 import shutil
 import socket
 import threading
@@ -100,17 +102,35 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-_convert_lock = threading.Lock()
+_convert_lock = threading.Lock()  # threads of one process; the lock file below covers processes too
+
+
+def _converted(out: Path) -> bool:
+    return (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+
+
+def _convert_temps(name: str) -> re.Pattern:
+    """What _convert_default names its temporary folders: <name>.tmp<pid>."""
+    return re.compile(rf"^{re.escape(name)}\.tmp(?P<pid>\d+)$")
 
 
 def _convert_default() -> Path:
-    """Convert the packaged GGUF to safetensors once; return the HF-layout directory."""
+    """Convert the packaged GGUF to safetensors once; return the HF-layout directory.
+
+    Several processes may ask at once (the CLI and the app, two benches): the conversion runs under
+    an exclusive lock on a file in the cache folder, and one that waited for it uses the copy the
+    other made. The copy is written to a temporary folder and renamed into place, so it is whole or
+    absent; the temporary folders of killed conversions (their process gone) are removed."""
+    from specviz.common import fsync_dir, fsync_tree, remove_dead_temps
+
     out = cache_dir() / DEFAULT_NAME
-    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+    if _converted(out):
         return out
-    with _convert_lock:
-        if (out / "model.safetensors").is_file():
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _convert_lock, _locked(out.parent / f".{DEFAULT_NAME}.lock"):
+        if _converted(out):  # another process converted it while this one waited
             return out
+        remove_dead_temps(out.parent, _convert_temps(out.name))
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         gguf = default_gguf_path()
@@ -126,12 +146,33 @@ def _convert_default() -> Path:
         plain.load_state_dict(src.state_dict())
         # write beside the target and rename, so an interrupted conversion never looks complete
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-        plain.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        if out.exists():  # a partial directory from an earlier, interrupted conversion
-            shutil.rmtree(out)
-        tmp.rename(out)
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)  # this process's own failed try
+            plain.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            fsync_tree(tmp)  # the rename below must not publish files a power cut would leave empty
+            if out.exists():  # a partial directory from an earlier, interrupted conversion
+                shutil.rmtree(out)
+            tmp.rename(out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        fsync_dir(out.parent)
         return out
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on ``path`` (created if missing) for the block: fcntl.flock belongs to this
+    open of the file, so another thread's open waits as another process's does."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the thread lock alone
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
+        yield
 
 
 def _source(spec: str) -> tuple[str, dict]:
