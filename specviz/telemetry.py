@@ -346,10 +346,12 @@ def _read_json(path: Path) -> dict:
 
 
 def _write_json(path: Path, data: dict) -> None:
+    from specviz.common import write_atomic
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file
+        # a temp file per thread and a rename: a concurrent reader sees the old or the new file, and two
+        # threads measuring at once never write into one temp file
+        write_atomic(path, json.dumps(data, indent=1))
     except OSError:
         pass  # a read-only cache only costs a re-measurement next time

@@ -205,13 +205,45 @@ def to_tables(trace: dict) -> dict:
     return {"sequences": seqs, "steps": steps, "rows": rows, "telemetry": tele}
 
 
+# What makes a spreadsheet read a cell as a formula (OWASP, CSV injection): a prompt or a model's text
+# starting so would run when the CSV is opened, e.g. =HYPERLINK(...) sending the row elsewhere.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value):
+    """``value`` with a leading ``'`` when it is text a spreadsheet would run; anything else as it is."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
+def csv_text(df) -> str:
+    """The table as CSV text with every text cell and column name through :func:`spreadsheet_safe`
+    (numbers stay numbers): the trace's CSV exports (export_tables, the Live page's zip) are written so."""
+    import pandas as pd
+
+    df = df.rename(columns=spreadsheet_safe)
+    for col in range(df.shape[1]):
+        s = df.iloc[:, col]
+        if pd.api.types.is_object_dtype(s) or pd.api.types.is_string_dtype(s):
+            df.isetitem(col, s.map(spreadsheet_safe))  # by position: two columns may share a name
+    # CRLF rows (RFC 4180): the csv writer then quotes a cell holding a lone CR too, which a spreadsheet
+    # would otherwise take for a row break, starting a new unquoted cell (that could be a formula)
+    return df.to_csv(index=False, lineterminator="\r\n")
+
+
 def export_tables(trace: dict, out_dir, fmt: str = "csv") -> list[Path]:
+    """The trace's tables (:func:`to_tables`), one file each, each written whole (temp file + rename)."""
+    from specviz.common import atomic_open, write_atomic
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, df in to_tables(trace).items():
         p = out / f"{name}.{fmt}"
-        df.to_parquet(p) if fmt == "parquet" else df.to_csv(p, index=False)
+        if fmt == "parquet":
+            with atomic_open(p) as f:
+                df.to_parquet(f)
+        else:
+            write_atomic(p, csv_text(df))
         paths.append(p)
     return paths
 

@@ -196,8 +196,10 @@ def read_trace_upload(name: str, data: bytes, vocab_size: int | None = None, tar
 
 def trace_csv_zip(trace: dict) -> bytes:
     """The trace's tables (specviz.analysis.trace.to_tables), one CSV each, in a zip: the Live page's export."""
+    from specviz.analysis.trace import csv_text
+
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for name, df in to_tables(trace).items():
-            z.writestr(f"{name}.csv", df.to_csv(index=False))
+            z.writestr(f"{name}.csv", csv_text(df))  # text a spreadsheet would run starts with '
     return buf.getvalue()
