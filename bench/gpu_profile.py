@@ -45,7 +45,7 @@ def main() -> None:
                 break
     prof_steps = recs[4:] or recs
     for key in ("t_draft", "t_verify", "t_accept", "t_bookkeeping"):
-        print(f"{key:>14}: {1e3 * sum(r[key] for r in prof_steps) / len(prof_steps):7.2f} ms/step (profiled, so inflated)")
+        print(f"{key:>14}: {1e3 * sum(getattr(r, key) for r in prof_steps) / len(prof_steps):7.2f} ms/step (profiled, so inflated)")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=a.top))
     if target.device.type == "cuda":
         print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=a.top))

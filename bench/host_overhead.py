@@ -77,14 +77,14 @@ def measure(target, proposer, prompt_ids, k: int, max_new: int) -> dict:
     before = (0.0, 0.0)
     for rec in dec.steps():
         t_fwd, d_fwd = _forward_s[id(target.model)], _forward_s[id(draft_model)] if draft_model is not None else 0.0
-        if rec["step"] == 0:  # the first step also paid the prefill's forwards: measure from here on
+        if rec.step == 0:  # the first step also paid the prefill's forwards: measure from here on
             before = (t_fwd, d_fwd)
             continue
         tv, dv = t_fwd - before[0], d_fwd - before[1]
         before = (t_fwd, d_fwd)
-        wall = rec["t_draft"] + rec["t_verify"] + rec["t_accept"] + rec["t_bookkeeping"]
-        rows.append({"wall": wall, "forward": tv + dv, "host": wall - tv - dv, "draft": rec["t_draft"] - dv,
-                     "verify": rec["t_verify"] - tv, "accept": rec["t_accept"], "bookkeep": rec["t_bookkeeping"]})
+        wall = rec.t_draft + rec.t_verify + rec.t_accept + rec.t_bookkeeping
+        rows.append({"wall": wall, "forward": tv + dv, "host": wall - tv - dv, "draft": rec.t_draft - dv,
+                     "verify": rec.t_verify - tv, "accept": rec.t_accept, "bookkeep": rec.t_bookkeeping})
     return {key: statistics.median(r[key] for r in rows) for key in rows[0]} if rows else {}
 
 

@@ -51,21 +51,20 @@ def _run_with_progress(cfg, target, proposer, desc: str, telemetry: bool = True,
     bar = _progress(cfg.num_requests * cfg.max_new_tokens, desc)
     seen = {}
 
-    def on_step(dec, rec):
-        seen["dec"] = dec
-        bar.update(sum(len(r["emitted"]) for r in rec["rows"]))
+    def on_step(session, rec):
+        seen["session"] = session
+        bar.update(sum(len(r.emitted) for r in rec.rows))
         if stop is not None and stop.signal:  # Ctrl-C / SIGTERM: end after this step, rows left are "stopped"
-            dec.stop()
+            session.stop()
 
     try:
         return run(cfg, target, proposer, on_step=on_step, telemetry=telemetry)
     except KeyboardInterrupt as e:  # a second signal: the finished steps' trace leaves with it
         from specviz.interrupts import held_signals
-        from specviz.run import trace_so_far
 
-        dec = seen.get("dec")
+        session = seen.get("session")
         with held_signals():  # it may have come before iter_run built the trace, or while it did
-            e.trace = (dec.trace or trace_so_far(cfg, target, proposer, dec)) if dec is not None else None
+            e.trace = (session.trace or session.trace_so_far()) if session is not None else None
         raise
     finally:
         bar.close()
@@ -152,7 +151,7 @@ def cmd_bench(a) -> int:
     try:
         with stop, load:
             r = bench(cfg, a.repeats, peer=not a.no_peer, peer_draft=a.peer_draft,
-                      on_step=lambda dec, rec: bar.update(sum(len(x["emitted"]) for x in rec["rows"])),
+                      on_step=lambda session, rec: bar.update(sum(len(x.emitted) for x in rec.rows)),
                       on_round=lambda i, tok_s: rounds.append(tok_s))
     except Interrupted:
         bar.close()

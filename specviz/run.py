@@ -23,7 +23,8 @@ from specviz.models.devicemap import placement
 from specviz.models.loading import (check_tokenizers_agree, check_vocab_fits, encode_prompts, get_model, resolve_device,
                                     resolve_dtype)
 from specviz.engine.sampling import SamplingParams
-from specviz.analysis.trace import build_trace, sequence_record
+from specviz.analysis.trace import TraceBuilder, sequence_record
+from specviz.records import Step
 from specviz.prompts.files import read_prompts  # noqa: F401  (re-exported for the CLI)
 from specviz.prompts.fit import check_fits, context_length
 
@@ -313,51 +314,73 @@ def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_n
                        slots=slots, arrivals=arrivals, refill=refill, tree=tree, **kwargs)
 
 
-def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True, accept_fn=None) -> Iterator[tuple[SpecDecoder, dict | None]]:
-    """Yield (decoder, step record) per step, then (decoder, None) with decoder.trace set."""
+@dataclasses.dataclass
+class RunSession:
+    """One run of :func:`iter_run`: what it owns besides the decoder (its trace so far, telemetry and
+    clock), so nothing is attached to the decoder from outside."""
+
+    cfg: RunConfig
+    target: object  # specviz.models.loading.LoadedModel
+    proposer: object  # a specviz.engine.proposers proposer, or None
+    decoder: SpecDecoder
+    builder: TraceBuilder  # the steps so far
+    sampler: object | None  # specviz.telemetry.Sampler, or None without telemetry
+    t_started: float  # perf_counter when the run started
+    trace: dict | None = None  # the finished trace, once the run has ended (or was interrupted)
+
+    def stop(self) -> None:
+        """End after the current step; rows left are "stopped"."""
+        self.decoder.stop()
+
+    @property
+    def samples(self) -> list:
+        return self.sampler.samples if self.sampler is not None else []
+
+    def trace_so_far(self, wall: float | None = None) -> dict:
+        """The trace of the finished steps: at the end of a run, or after an interruption that left
+        before iter_run could build it."""
+        wall = wall if wall is not None else time.perf_counter() - self.t_started
+        return self.builder.final([sequence_record(r, self.target.tokenizer) for r in self.decoder.rows], self.samples,
+                                  wall, self.decoder.prefill_s)
+
+
+def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True,
+             accept_fn=None) -> Iterator[tuple[RunSession, Step | None]]:
+    """Yield (session, step record) per step, then (session, None) with session.trace set."""
     cfg.validate()
     dec = make_decoder(cfg, target, proposer, accept_fn)
-    sampler = _start_telemetry(target.device) if telemetry else None
-    dec.sampler = sampler  # pages may read sampler.samples while the run goes
-    dec.records, dec.trace = [], None  # the finished steps' records, so far
-    t0 = dec.t_started = time.perf_counter()
+    sampler = _start_telemetry(target.device) if telemetry else None  # pages read its samples while the run goes
+    session = RunSession(cfg, target, proposer, dec, TraceBuilder(cfg.to_trace_config(target, proposer),
+                                                                   hardware_info(target.device, target.dtype)),
+                         sampler, time.perf_counter())
     try:
         for rec in dec.steps():
-            if sampler is not None and not dec.records:
+            if sampler is not None and not session.builder.steps:
                 sampler.rebase(dec.t0)  # sample times on the engine's clock (step t_start), also mid-run
-            dec.records.append(rec)
-            yield dec, rec
+            session.builder.add(rec)
+            yield session, rec
     finally:
         if sampler is not None:
             sampler.stop()
-        dec.trace = trace_so_far(cfg, target, proposer, dec, time.perf_counter() - t0)
-    yield dec, None
-
-
-def trace_so_far(cfg: RunConfig, target, proposer, dec: SpecDecoder, wall: float | None = None) -> dict:
-    """The trace of a decoder's finished steps (iter_run's records): at the end of a run, or after an
-    interruption that left before iter_run could build it."""
-    sampler = getattr(dec, "sampler", None)
-    wall = wall if wall is not None else time.perf_counter() - dec.t_started
-    return build_trace(cfg.to_trace_config(target, proposer), hardware_info(target.device, target.dtype),
-                       [sequence_record(r, target.tokenizer) for r in dec.rows], list(dec.records),
-                       sampler.samples if sampler is not None else [], wall, dec.prefill_s)
+        session.trace = session.trace_so_far(time.perf_counter() - session.t_started)
+    yield session, None
 
 
 def run(cfg: RunConfig, target=None, proposer=None, on_step: Callable | None = None, telemetry: bool = True,
         accept_fn=None) -> dict:
-    """Run to completion and return the trace. Loads the pair if not given."""
+    """Run to completion and return the trace. Loads the pair if not given. ``on_step(session, step)``
+    is called after every step."""
     cfg.validate()
     if target is None:
         target, proposer = load_pair(cfg)
-    dec, steps = None, iter_run(cfg, target, proposer, telemetry, accept_fn)
+    session, steps = None, iter_run(cfg, target, proposer, telemetry, accept_fn)
     try:
-        for dec, rec in steps:
+        for session, rec in steps:
             if rec is not None and on_step is not None:
-                on_step(dec, rec)
-    finally:  # interrupted (a second Ctrl-C): iter_run's own finally builds dec.trace of the finished steps now
+                on_step(session, rec)
+    finally:  # interrupted (a second Ctrl-C): iter_run's own finally builds session.trace of the finished steps now
         steps.close()
-    return dec.trace
+    return session.trace
 
 
 def _start_telemetry(device):

@@ -50,7 +50,7 @@ def decode(target, prompt_ids, proposer=None, k=0, max_new=16, params=SamplingPa
     dec = SpecDecoder(target, proposer, Fixed(k), [str(p) for p in prompt_ids], prompt_ids, params, max_new, seed)
     if eos is not None:
         dec.eos = {eos}
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     return dec, steps
 
 

@@ -27,7 +27,7 @@ def target():
 
 def serve(target, prompts, proposer=None, k=0, max_new=12, slots=3, **kw):
     dec = decoder_for_ids(target, proposer, prompts, k, max_new, slots=slots, **kw)
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     return dec, steps
 
 
@@ -91,7 +91,7 @@ def test_requests_longer_than_the_others_join_exactly(target):
     ref_eos = reference_greedy(target, prompts, max_new=12, eos=eos)
     dec = decoder_for_ids(target, NgramDraft(), prompts, 3, 12, slots=2)
     dec.eos = {eos}
-    list(dec.steps())
+    [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref_eos and dec.rows[1].finish_reason == "eos"
 
 
@@ -121,7 +121,7 @@ def test_a_join_causes_no_compaction(target, draft):
     proposer = None if draft == "regular" else ScriptedDraft(prompts, ref, ["all"] * len(prompts), V)
     dec = decoder_for_ids(target, proposer, prompts, 0 if draft == "regular" else 3, 12, slots=3)
     dec.eos = {eos}
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref and dec.rows[0].finish_reason == "eos"
     joins = [s for s in steps if s["joined"]]
     assert max(s["cache_holes"] / (s["cache_slots"] * s["batch_size"]) for s in joins) > 0.25
@@ -281,7 +281,7 @@ def test_goodput_policy_under_refills_stays_exact_and_sees_the_occupancy(target)
     policy.next_k = lambda b: seen.append(b) or ask(b)
     dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.2)), prompts, 2, 10, controller=policy,
                           slots=3)
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref
     assert seen == [s["batch_size"] for s in steps] and seen[-1] < 3  # the occupancy, step by step
     assert {s["k"] for s in steps} <= set(range(5))

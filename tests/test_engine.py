@@ -162,7 +162,7 @@ def test_engine_with_the_triton_kernel_equals_the_reference(target, prompts, ref
 
     draft = ModelDraft(perturbed_copy(target, noise=0.3), vocab_size=V)
     dec = SpecDecoder(target, draft, Fixed(3), ["p"] * 4, prompts, SamplingParams(), 12, accept_fn=get_accept_fn("triton"))
-    list(dec.steps())
+    [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == [r[:12] for r in reference]
 
 
@@ -237,7 +237,7 @@ def test_engine_reports_rows_and_tokens_left_to_the_policy(target, prompts, refe
     policy = make_controller("analytic", 2, costs=costs, prior_alpha=0.6)
     draft = ScriptedDraft(prompts, reference, ["all", "none", "all", "none"], V)
     dec = SpecDecoder(target, draft, policy, [str(p) for p in prompts], prompts, SamplingParams(), 20, 0)
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == reference  # whatever k the policy picks, greedy stays exact
     assert steps[0]["k"] >= 1 and steps[-1]["k"] == 0  # it tried, saw rows 1 and 3 reject, stopped
     assert set(policy.row_counts) == {0, 1, 2, 3}

@@ -64,13 +64,13 @@ def test_every_nodes_probability_is_the_drafts_own_over_true_and_predicted_featu
     contexts = [list(p) for p in prompts]
     checked = 0
     for s, step in enumerate(dec.steps()):
-        for rec in step["rows"]:
-            tree = rec.get("tree")
-            if s < 2 and tree and tree["token"]:  # the first steps: fresh cache, then after commits
-                want = reference_node_probs(target, draft, contexts[rec["index"]], tree["token"], tree["parent"])
-                assert tree["prob"] == pytest.approx(want, abs=2e-5), (s, rec["index"])
+        for rec in step.rows:
+            tree = rec.tree
+            if s < 2 and tree and tree.token:  # the first steps: fresh cache, then after commits
+                want = reference_node_probs(target, draft, contexts[rec.index], list(tree.token), list(tree.parent))
+                assert list(tree.prob) == pytest.approx(want, abs=2e-5), (s, rec.index)
                 checked += len(want)
-            contexts[rec["index"]] += rec["emitted"]
+            contexts[rec.index] += rec.emitted
     assert checked == 2 * 3 * 30
 
 
@@ -85,7 +85,7 @@ def test_feature_tree_decoding_equals_batch_one_greedy(leaning, monkeypatch, lea
     ref = reference_greedy(target, prompts, max_new=12)
     dec = decoder_for_ids(target, FeatureDraft(draft_model, vocab_size=VOCAB), prompts, k, 12, tree=TreeShape(W, N),
                           slots=slots)
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref
     assert sum(r["accepted"] for s in steps for r in s["rows"]) > 0  # the trees were used
     if k > 1:
@@ -96,6 +96,6 @@ def test_feature_tree_decoding_equals_batch_one_greedy(leaning, monkeypatch, lea
 def test_a_batch_whose_row_has_nothing_to_draft_from_verifies_no_tree_that_step(target):
     dec = decoder_for_ids(target, FeatureDraft(feature_draft(target), vocab_size=VOCAB), [[7]], 2, 6,
                           tree=TreeShape(2, 4))
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     assert steps[0]["rows"][0]["drafted"] == 0 and steps[1]["rows"][0]["drafted"] == 4
     assert dec.rows[0].output == reference_greedy(target, [[7]], max_new=6)[0]

@@ -77,10 +77,10 @@ def test_a_steady_chain_step_reads_the_device_once(target, draft):
     proposer = {"ngram": lambda: NgramDraft(), "model": lambda: ModelDraft(perturbed_copy(target, 0.3))}[draft]()
     dec = decoder_for_ids(target, proposer, prompts, 3, 24)
     steps = reads_per_step(dec)
-    steady = [(rec, calls) for rec, calls in steps if not rec["left"] and not rec["joined"] and not rec["compacted"]]
+    steady = [(rec, calls) for rec, calls in steps if not rec.left and not rec.joined and not rec.compacted]
     assert len(steady) >= 5, len(steady)
     for rec, calls in steady:
-        assert len(calls) == 1 and calls[0][:2] == ("tolist", "decoder.py"), (rec["step"], calls)
+        assert len(calls) == 1 and calls[0][:2] == ("tolist", "decoder.py"), (rec.step, calls)
 
 
 @pytest.mark.parametrize("draft", ["ngram", "model"])
@@ -96,11 +96,11 @@ def test_a_steady_tree_step_reads_the_device_once(target, draft):
     dec = decoder_for_ids(target, proposer, prompts, 3, 16, tree=TreeShape(2, 6))
     dec.accept_tree_fn = accept_tree_triton
     steps = reads_per_step(dec)
-    steady = [(rec, calls) for rec, calls in steps if not rec["left"] and not rec["joined"] and not rec["compacted"]]
+    steady = [(rec, calls) for rec, calls in steps if not rec.left and not rec.joined and not rec.compacted]
     assert len(steady) >= 4, len(steady)
-    assert any(rec["rows"] and "tree" in rec["rows"][0] for rec, _ in steady)  # they drafted trees
+    assert any(rec.rows and rec.rows[0].tree is not None for rec, _ in steady)  # they drafted trees
     for rec, calls in steady:
-        assert len(calls) == 1 and calls[0][:2] == ("tolist", "treestep.py"), (rec["step"], calls)
+        assert len(calls) == 1 and calls[0][:2] == ("tolist", "treestep.py"), (rec.step, calls)
 
 
 @pytest.mark.parametrize("tree", [None, (2, 6)], ids=["chain", "tree"])
@@ -116,8 +116,8 @@ def test_the_host_lengths_mirror_equals_the_device_lengths_through_steps_leaves_
         for kv in (dec.kv, proposer.kv):
             if kv.host_lengths is not None:
                 known += 1
-                assert kv.host_lengths == kv.lengths.tolist(), rec["step"]
-        assert rec["cache_holes"] == int((~dec.kv.valid).sum())
+                assert kv.host_lengths == kv.lengths.tolist(), rec.step
+        assert rec.cache_holes == int((~dec.kv.valid).sum())
     assert known > 0
 
 
@@ -164,8 +164,8 @@ def test_on_cuda_a_steady_step_makes_one_synchronizing_call(draft):
                 except StopIteration:
                     break
             syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
-            if not rec["left"] and not rec["joined"] and not rec["compacted"]:
-                per_step.append((rec["step"], len(syncs)))
+            if not rec.left and not rec.joined and not rec.compacted:
+                per_step.append((rec.step, len(syncs)))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert per_step and all(n <= 1 for _, n in per_step), per_step

@@ -14,8 +14,8 @@ PKG = ROOT / "specviz"
 # never a higher one's. analysis, prompts and telemetry sit beside each other on the ground floor
 # and do not import each other.
 LAYERS = [
-    {"specviz.common", "specviz.childproc"},
-    {"specviz.analysis", "specviz.prompts", "specviz.telemetry"},
+    {"specviz.common", "specviz.childproc", "specviz.records"},
+    {"specviz.analysis", "specviz.prompts", "specviz.telemetry", "specviz.wholefolder"},
     {"specviz.models"},
     {"specviz.engine"},  # with kernels/, loaded as specviz.engine.kernels.*: the engine's hot step
     {"specviz.run"},

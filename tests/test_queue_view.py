@@ -24,7 +24,7 @@ def engine_trace(n=7, slots=3, max_new=6, arrivals=None):
     target = tiny_llama(V)
     dec = decoder_for_ids(target, NgramDraft(), ragged_prompts(n, V, seed=5), 2, max_new, slots=slots,
                           arrivals=arrivals)
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     seqs = [sequence_record(r, None) for r in dec.rows]
     wall = queuecharts.step_end(steps[-1])
     cfg = {"batch_size": slots, "requests": n if n != slots else None, "arrival_rate": 1.0 if arrivals else 0.0,

@@ -37,7 +37,7 @@ def _static(monkeypatch, on: bool, graphs: bool = False):
 
 def _outputs(target, proposer_fn, prompts, k, max_new=10, **kw):
     dec = decoder_for_ids(target, proposer_fn(), prompts, k, max_new, **kw)
-    list(dec.steps())
+    [s.to_json() for s in dec.steps()]
     return [r.output for r in dec.rows], dec
 
 

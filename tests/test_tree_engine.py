@@ -62,7 +62,7 @@ def run(target, prompts, draft, k, nodes=16, max_new=12, eos=None, **kw):
     dec = decoder_for_ids(target, draft, prompts, k, max_new, tree=TreeShape(2, nodes), **kw)
     if eos is not None:
         dec.eos = {eos}
-    return dec, list(dec.steps())
+    return dec, [s.to_json() for s in dec.steps()]
 
 
 @pytest.mark.parametrize("lean", ["1", "0"])
@@ -88,9 +88,9 @@ def test_rejected_nodes_become_holes_and_the_kept_path_keeps_its_positions(targe
     for i, s in enumerate(dec.steps()):
         if i == 0:
             # each row: the root + 2 accepted nodes are valid slots; the other nodes are holes
-            assert all(r["accepted"] == 2 for r in s["rows"])
+            assert all(r.accepted == 2 for r in s.rows)
             assert dec.kv.lengths.tolist() == [len(p) - 1 + 3 for p in prompts]
-            assert s["cache_holes"] > 0
+            assert s.cache_holes > 0
     assert [r.output for r in dec.rows] == reference_greedy(target, prompts, max_new=8)
 
 

@@ -170,7 +170,7 @@ def test_a_tree_decoder_through_the_kernel_writes_what_the_torch_walk_writes(par
         assert dec.accept_tree_fn is accept_tree  # a model on the CPU: the decoder picks the torch walk
         if walk == "triton":
             dec.accept_tree_fn = accept_tree_triton  # the interpreter runs it on CPU tensors
-        steps = list(dec.steps())
+        steps = [s.to_json() for s in dec.steps()]
         outputs.append(([r.output for r in dec.rows], len(steps)))
     assert outputs[0] == outputs[1]
     assert all(len(o) == 8 for o in outputs[0][0]) and outputs[0][1] < 8  # some steps accepted tree nodes

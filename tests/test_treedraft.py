@@ -88,7 +88,7 @@ def test_tree_decoding_equals_batch_one_greedy(pair, monkeypatch, lean, B, k, W,
     prompts = ragged_prompts(B, V, seed=B + k)
     ref = reference_greedy(target, prompts, max_new=10)
     dec = decoder_for_ids(target, ModelDraft(draft_model), prompts, k, 10, tree=TreeShape(W, N))
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref
     accepted = sum(r["accepted"] for s in steps for r in s["rows"])
     assert accepted > 0  # the trees were used, not only the bonus tokens
@@ -102,7 +102,7 @@ def test_each_tree_row_step_records_its_tree_and_accepted_path_in_a_version_3_tr
     target, draft_model = pair
     prompts = ragged_prompts(3, V, seed=8)
     dec = decoder_for_ids(target, ModelDraft(draft_model), prompts, 3, 10, tree=TreeShape(3, 7))
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     for s in steps:
         for r in s["rows"]:
             t = r["tree"]
@@ -141,7 +141,7 @@ def test_ngram_tree_decoding_equals_batch_one_greedy(pair, B, k, W, N):
     prompts = [p * 3 for p in ragged_prompts(B, V, seed=B)]  # repeats, so lookups find matches
     ref = reference_greedy(target, prompts, max_new=10)
     dec = decoder_for_ids(target, NgramDraft(), prompts, k, 10, tree=TreeShape(W, N))
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref
     assert sum(r["drafted"] for s in steps for r in s["rows"]) > 0
 
@@ -153,7 +153,7 @@ def test_sampled_tree_decoding_is_reproducible_from_the_seed_and_takes_second_gu
     def sample(seed):
         dec = decoder_for_ids(target, ModelDraft(draft_model), prompts, 3, 12, SamplingParams(1.0), seed,
                               tree=TreeShape(3, 8))
-        steps = list(dec.steps())
+        steps = [s.to_json() for s in dec.steps()]
         return [r.output for r in dec.rows], steps
 
     a, steps = sample(0)
@@ -168,7 +168,7 @@ def test_the_tree_formula_predicts_the_measured_output_tokens_per_step(pair):
 
     target, draft_model = pair
     dec = decoder_for_ids(target, ModelDraft(draft_model), ragged_prompts(8, V, seed=1), 3, 40, tree=TreeShape(3, 8))
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     a = rates(acceptance_by_depth_rank(steps))
     assert a[(1, 1)] > 0  # second guesses at depth 1 were accepted sometimes
     rs = [r for s in steps for r in s["rows"] if r.get("tree")]

@@ -8,6 +8,7 @@ from specviz.analysis import analytic
 from specviz.analysis.treestats import acceptance_by_depth_rank
 from specviz.engine.policies import make_controller
 from specviz.engine.treepolicy import TreeShapes, illustrative_costs, predicted_tokens, step_seconds
+from specviz.records import TreeNodes
 
 from fakes import perturbed_copy, ragged_prompts, reference_greedy, tiny_llama
 
@@ -50,8 +51,8 @@ def test_n_shrinks_as_the_batch_grows_and_speculation_stops_past_the_knee():
 
 def test_observed_second_guesses_raise_the_chosen_width():
     def tree(path):  # depth 1: ranks 0..2 under the root, each with one child
-        return {"parent": [-1, -1, -1, 0, 1, 2], "depth": [1, 1, 1, 2, 2, 2], "rank": [0, 1, 2, 0, 0, 0],
-                "path": path}
+        return TreeNodes(token=(5,) * 6, parent=(-1, -1, -1, 0, 1, 2), depth=(1, 1, 1, 2, 2, 2), path=tuple(path),
+                         rank=(0, 1, 2, 0, 0, 0))
 
     chains = TreeShapes(COSTS, prior_weight=1.0, decay=1.0)
     for _ in range(50):
@@ -61,7 +62,7 @@ def test_observed_second_guesses_raise_the_chosen_width():
         seconds.observe_trees([tree([1, 4])])  # always the second guess
     assert chains.rate(1, 0) > 0.9 and chains.rate(1, 1) < 0.1
     assert seconds.rate(1, 1) > 0.9 and seconds.rate(1, 0) < 0.1
-    steps = [{"rows": [{"tree": tree([1, 4])}] * 50}]
+    steps = [{"rows": [{"tree": tree([1, 4]).to_json()}] * 50}]
     acc, tried = acceptance_by_depth_rank(steps)[(1, 1)]  # the same counting as the trace statistics
     assert seconds.counts[(1, 1)] == [acc, tried]
     assert seconds.choose(1)[1] >= 2 and chains.choose(1)[1] <= seconds.choose(1)[1]
@@ -79,7 +80,7 @@ def test_decoding_under_the_shape_policy_equals_batch_one_greedy_and_varies_the_
     policy = TreeShapes(COSTS, k_max=4, w_max=3, prior_alpha=0.5)
     dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.3)), prompts, 0, 10, controller=policy,
                           tree=TreeShape(1, 1))
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref
     sizes = {len(r["tree"]["token"]) for s in steps for r in s["rows"] if r.get("tree")}
     assert max(sizes) > 1 and policy.counts  # it drafted trees and learned from them
@@ -102,7 +103,7 @@ def test_a_regular_step_under_the_shape_policy_records_no_tree_for_its_rows():
     dear = analytic.Costs(target=COSTS.target, draft=analytic.CostModel(t_fixed=1.0, t_mem=0.0, t_token=0.0))
     dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.3)), prompts, 0, 6,
                           controller=TreeShapes(dear), tree=TreeShape(1, 1))  # any draft costs more than it saves
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == reference_greedy(target, prompts, max_new=6)
     assert all(s["k"] == 0 and (s["tree_width"], s["tree_nodes"]) == (1, 0) for s in steps)
     assert not any("tree" in r for s in steps for r in s["rows"])  # the tree view and statistics skip them

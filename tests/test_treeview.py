@@ -94,7 +94,7 @@ def tree_trace():
     target = tiny_llama(V)
     dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.3)), ragged_prompts(3, V, seed=3), 3, 10,
                           tree=TreeShape(3, 8))
-    steps = list(dec.steps())
+    steps = [s.to_json() for s in dec.steps()]
     seqs = [{"index": r.index, "output_token_ids": r.output, "prompt_token_ids": r.prompt_ids, "prompt": "p",
              "text": None, "finish_reason": "length"} for r in dec.rows]
     cfg = {"mode": "speculative", "batch_size": 3, "draft_length": 3, "tree_width": 3, "tree_nodes": 8,

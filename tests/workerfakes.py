@@ -40,18 +40,18 @@ def tiny_pair(cfg):
 
 def slow_iter_run(cfg, target, proposer):
     """specviz.run.iter_run without telemetry, pausing STEP_S per step."""
-    for dec, rec in iter_run(cfg, target, proposer, telemetry=False):
+    for session, rec in iter_run(cfg, target, proposer, telemetry=False):
         if rec is not None:
             time.sleep(STEP_S)
-        yield dec, rec
+        yield session, rec
 
 
 def endless_iter_run(cfg, target, proposer, **kwargs):
     """specviz.run.iter_run with no EOS and a small pause per step: still running when a test looks."""
-    for dec, rec in iter_run(cfg, target, proposer, **kwargs):
-        dec.eos = set()
+    for session, rec in iter_run(cfg, target, proposer, **kwargs):
+        session.decoder.eos = set()
         time.sleep(STEP_S)
-        yield dec, rec
+        yield session, rec
 
 
 def oom_pair(cfg):

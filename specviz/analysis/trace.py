@@ -1,13 +1,16 @@
 """The trace: one JSON document per run (DESIGN.md), its summary metrics, and exports.
 
-Records are collected apart from compute (the engine yields step dicts); everything here is a
-pure function of those records, guarding division by zero.
+Records are collected apart from compute (the engine yields specviz.records.Step records, which
+TraceBuilder stores in their JSON form); everything here is a pure function of those records,
+guarding division by zero.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from specviz.records import Step
 
 # Version 2 (issue 17, the request queue): sequences carry each request's life (arrival, slot,
 # join/leave step and time, TTFT, time per output token, tokens/s), steps carry t_prefill (the
@@ -159,6 +162,30 @@ def build_trace(config: dict, hardware: dict, sequences: list[dict], steps: list
         "telemetry": telemetry,
         "summary": summarize(steps, sequences, wall_s, prefill_s),
     }
+
+
+class TraceBuilder:
+    """One run's trace as it is made: the engine's steps go in (:meth:`add`, specviz.records.Step),
+    the trace document comes out, while the run goes (:meth:`partial`) and at its end (:meth:`final`).
+    The CLI, the decode worker, the measurements and the Live page all build traces here."""
+
+    def __init__(self, config: dict, hardware: dict | None = None):
+        self.config, self.hardware = config, hardware or {}
+        self.steps: list[dict] = []  # each step's JSON form, made once as it arrives
+
+    def add(self, step: Step) -> dict:
+        if not isinstance(step, Step):
+            raise TypeError(f"a trace step is a specviz.records.Step, not {type(step).__name__}")
+        d = step.to_json()
+        self.steps.append(d)
+        return d
+
+    def final(self, sequences: list[dict], telemetry: list[dict], wall_s: float, prefill_s: float) -> dict:
+        return build_trace(self.config, self.hardware, sequences, list(self.steps), list(telemetry), wall_s, prefill_s)
+
+    def partial(self, sequences: list[dict], telemetry: list[dict], wall_s: float, prefill_s: float) -> dict:
+        """The trace so far, marked "partial" (its rows are still being generated)."""
+        return {**self.final(sequences, telemetry, wall_s, prefill_s), "partial": True}
 
 
 # ---- I/O -------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import pickle
 import threading
 import time
 
-from specviz.analysis.trace import build_trace
+from specviz.analysis.trace import TraceBuilder
 from specviz.app import devicequeue, worker as workers
 from specviz.app.worker import error_message, free_device_memory, oom_message, yield_cores  # noqa: F401
 from specviz.run import RunConfig, iter_run, load_pair
@@ -47,7 +47,7 @@ class LiveRun:
     status: str = "queued"  # queued | loading | running | racing | done | stopped | error
     error: str | None = None
     abandoned: bool = False  # stopped because its page stopped polling
-    steps: list = dataclasses.field(default_factory=list)  # step records so far (speculative run)
+    steps: list = dataclasses.field(default_factory=list)  # specviz.records.Step so far (speculative run)
     trace: dict | None = None  # the finished (or stopped) speculative run
     regular_trace: dict | None = None  # the race partner, mode="regular"
     tokenizer: object = None
@@ -56,12 +56,16 @@ class LiveRun:
     notes: list = dataclasses.field(default_factory=list)
     id: int = dataclasses.field(default_factory=lambda: next(_ids))
     _rows: list = dataclasses.field(default_factory=list)  # [index, prompt, prompt ids, output, finish reason]
+    _builder: TraceBuilder = None  # the trace of the steps so far (set in __post_init__)
     _prefill_s: float = 0.0
     _elapsed_s: float = 0.0  # seconds from the first step to the last step received
     _telemetry: list = dataclasses.field(default_factory=list)
     _worker: object = None  # the decode worker, while this run's job is on it
     _stop: bool = False
     _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        self._builder = TraceBuilder(self.cfg.to_trace_config())
 
     # -- control (called from the page) --
     def start(self) -> "LiveRun":
@@ -169,14 +173,15 @@ class LiveRun:
                 continue  # quiet, or the tail of an earlier run that gave up on the worker
             kind, payload = msg[1], msg[2:]
             if kind == "step":
-                rec, new, finish, elapsed, samples = payload
-                for i, ids in new.items():
-                    self._rows[i][3].extend(ids)
+                rec, finish, elapsed, samples = payload
+                for r in rec.rows:
+                    self._rows[r.index][3].extend(r.emitted)
                 for i, reason in finish.items():
                     self._rows[i][4] = reason
                 self._telemetry.extend(samples)
                 self._elapsed_s = elapsed
                 self.steps.append(rec)
+                self._builder.add(rec)
             elif kind == "status":
                 self.status = payload[0]
             elif kind == "start":
@@ -205,12 +210,10 @@ class LiveRun:
         """A trace-shaped dict of the run so far (the finished trace once there is one)."""
         if self.trace is not None:
             return self.trace
-        steps = list(self.steps)
         seqs = [{"index": i, "prompt": p, "prompt_token_ids": ids, "output_token_ids": list(out), "text": None,
                  "finish_reason": reason} for i, p, ids, out, reason in list(self._rows)]
         wall = max(self._elapsed_s, self._prefill_s)  # the engine's clock starts before the prefill
-        trace = build_trace(self.cfg.to_trace_config(), {}, seqs, steps, list(self._telemetry), wall, self._prefill_s)
-        return {**trace, "partial": True}
+        return self._builder.partial(seqs, self._telemetry, wall, self._prefill_s)
 
 
 def start_run(cfg: RunConfig, lock: threading.Lock, race: bool = False,

@@ -13,8 +13,9 @@ multiprocessing.connection (a Unix socket with an auth key) as it goes:
                       status  "loading" | "running" | "racing"
                       tokenizer  key, pickled tokenizer or None (None: the parent has it already)
                       start   the rows (index, prompt, prompt ids) and the prefill time
-                      step    step record, new output tokens per row, finish reasons, seconds
-                              since the first step, new telemetry samples
+                      step    the step's record (specviz.records.Step: its rows' emitted tokens
+                              are the new output), finish reasons so far, seconds since the first
+                              step, new telemetry samples
                       trace | regular_trace   the finished trace
                       end     "done" | "stopped" | "error", error line, notes
 
@@ -131,7 +132,7 @@ class Job:
     cfg: object  # specviz.run.RunConfig
     race: bool
     loader: Callable  # cfg -> (target, proposer); specviz.run.load_pair unless a test swaps it
-    runner: Callable  # (cfg, target, proposer) -> iter of (decoder, record); specviz.run.iter_run
+    runner: Callable  # (cfg, target, proposer) -> iter of (session, step record); specviz.run.iter_run
 
 
 def _serve(conn) -> None:
@@ -241,27 +242,23 @@ class _Job:
         self.send("tokenizer", key, blob)
 
     def _decode(self, cfg, target, proposer, record: bool) -> dict:
-        trace, sent, n_samples = None, {}, 0
-        for dec, rec in self.job.runner(cfg, target, proposer):
+        trace, started, n_samples = None, False, 0
+        for session, rec in self.job.runner(cfg, target, proposer):
             if rec is None:
-                trace = dec.trace
+                trace = session.trace
                 continue
             if self.stop_asked():
-                dec.stop()
+                session.stop()
             if not record:
                 continue
-            if not sent:
+            dec = session.decoder
+            if not started:
+                started = True
                 self.send("start", [(r.index, r.prompt, list(r.prompt_ids)) for r in dec.rows], dec.prefill_s)
-            new = {}
-            for r in dec.rows:
-                n = sent.get(r.index, 0)
-                if len(r.output) > n:
-                    new[r.index] = list(r.output[n:])
-                    sent[r.index] = len(r.output)
-            sampler = getattr(dec, "sampler", None)
-            samples = list(sampler.samples[n_samples:]) if sampler is not None else []
+            samples = list(session.samples[n_samples:])
             n_samples += len(samples)
-            self.send("step", rec, new, {r.index: r.finish_reason for r in dec.rows},
+            # the step's record carries each row's new output tokens (its rows' "emitted"): sent once
+            self.send("step", rec, {r.index: r.finish_reason for r in dec.rows if r.finish_reason},
                       time.perf_counter() - dec.t0, samples)
         return trace
 

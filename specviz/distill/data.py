@@ -64,7 +64,7 @@ def decode_batch(target, prompts, ids, temperature: float, max_new: int, topk: i
     labels = [[] for _ in prompts]
     feats = [[] for _ in prompts] if features else None
     for s, step in enumerate(dec.steps()):
-        active = [r for r in step["rows"] if r["active"]]  # same order as the recorder's rows
+        active = [r for r in step.rows if r.active]  # same order as the recorder's rows
         if features:
             if s == 0 and dec.prefill_hidden is not None:  # f_0 .. f_{P-2}: the prompt but its last token
                 for i in range(len(prompts)):
@@ -72,9 +72,9 @@ def decode_batch(target, prompts, ids, temperature: float, max_new: int, topk: i
             h = dec.verify_hidden[:, 0].cpu()  # [B_active, H]: the feature of the token each row fed
         for j, r in enumerate(active):
             if features:
-                feats[r["index"]].append(h[j:j + 1])
-            if r["emitted"]:
-                labels[r["index"]].append((rec.last[0][j], rec.last[1][j]))
+                feats[r.index].append(h[j:j + 1])
+            if r.emitted:
+                labels[r.index].append((rec.last[0][j], rec.last[1][j]))
     if features:
         feats = [torch.cat(f) for f in feats]
         for f, r in zip(feats, dec.rows):  # the row fed its prompt and all outputs but the last

@@ -25,9 +25,9 @@ def eval_acceptance(target, proposer, prompts: list[str], ks, max_new: int, batc
                                   prompts=prompts[i:i + batch_size])
             t = time.perf_counter()
             for s in dec.steps():
-                for r in s["rows"]:
-                    if r["active"]:
-                        drafted, accepted, row_steps = drafted + r["drafted"], accepted + r["accepted"], row_steps + 1
+                for r in s.rows:
+                    if r.active:
+                        drafted, accepted, row_steps = drafted + r.drafted, accepted + r.accepted, row_steps + 1
             wall += time.perf_counter() - t
             tokens += sum(len(r.output) for r in dec.rows)
             outputs += [r.output for r in dec.rows]

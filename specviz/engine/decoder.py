@@ -34,6 +34,7 @@ from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.transfer import host_tensor
 from specviz.engine.treestep import default_accept_tree_fn, tree_phases
+from specviz.records import RowStep, Step, TreeNodes
 
 
 @dataclasses.dataclass
@@ -214,7 +215,7 @@ class SpecDecoder:
 
     # ---- the loop --------------------------------------------------------------------------
     @torch.inference_mode()
-    def steps(self) -> Iterator[dict]:
+    def steps(self) -> Iterator[Step]:
         self.t0 = time.perf_counter()
         self._prefill()
         step = 0
@@ -227,7 +228,7 @@ class SpecDecoder:
             r.finish_reason = r.finish_reason or "stopped"
         self.active, self.queue = [], []
 
-    def _step(self, step: int) -> dict:
+    def _step(self, step: int) -> Step:
         """draft -> verify -> accept -> advance, each phase timed after a device sync."""
         clock = [time.perf_counter()]
 
@@ -242,10 +243,9 @@ class SpecDecoder:
             clock[-1] = clock[0]
         B = len(self.active)
         k = self.controller.next_k(B) if self.proposer is not None else 0
-        shape = {}
+        shape = (None, None)
         if self.tree is not None and self.proposer is not None:  # token trees: specviz.engine.treestep
-            width, rows, compacted, left, (w, n) = tree_phases(self, step, k, lap)
-            shape = {"tree_width": w, "tree_nodes": n}  # the (W, N) drafted (k = 0: 1, 0)
+            width, rows, compacted, left, shape = tree_phases(self, step, k, lap)  # shape: the (W, N) drafted
         else:
             width, rows, compacted, left = self._chain_phases(step, k, lap)
         t_start, t_prefill, t_draft, t_verify, t_accept, t_end = clock
@@ -254,29 +254,14 @@ class SpecDecoder:
         for r in self.active + left:
             if r.first_token_s is None and r.output:
                 r.first_token_s = t_end - self.t0
-        return {
-            "step": step,
-            "k": k,
-            "verify_width": width,  # slots per row in the verify forward (k + 1 unless no row proposed k)
-            **shape,
-            "batch_size": B,
-            "t_start": t_start - self.t0,
-            "t_prefill": t_prefill - t_start,  # newcomers' prefill (0 when none joined)
-            "t_draft": t_draft - t_prefill,
-            "t_verify": t_verify - t_draft,
-            "t_accept": t_accept - t_verify,
-            "t_bookkeeping": t_end - t_accept,
-            "cache_slots": self.kv.slots,
-            "cache_holes": self.kv.holes,
-            "kv_bytes": self.kv.kv_bytes(),
-            "compacted": compacted,
-            "rows": rows,
-            "joined": joined,  # request indices whose rows joined at the start of this step
-            "left": [r.index for r in left],  # requests that finished in this step
-            "queue_length": queued,  # arrived requests waiting for a slot when the step began
-        }
+        return Step(step=step, k=k, verify_width=width, batch_size=B, t_start=t_start - self.t0,
+                    t_prefill=t_prefill - t_start, t_draft=t_draft - t_prefill, t_verify=t_verify - t_draft,
+                    t_accept=t_accept - t_verify, t_bookkeeping=t_end - t_accept, cache_slots=self.kv.slots,
+                    cache_holes=self.kv.holes, kv_bytes=self.kv.kv_bytes(), compacted=compacted, rows=tuple(rows),
+                    joined=tuple(joined), left=tuple(r.index for r in left), queue_length=queued,
+                    tree_width=shape[0], tree_nodes=shape[1])
 
-    def _chain_phases(self, step: int, k: int, lap) -> tuple[int, list[dict], bool, list[RowState]]:
+    def _chain_phases(self, step: int, k: int, lap) -> tuple[int, list[RowStep], bool, list[RowState]]:
         """draft -> verify -> accept -> advance for chains, lap() after each; (verify width, rows, compacted, left)."""
         u_draft, u_verify = self._uniforms(k)
         drafts, n, q, widest, counts = self._draft(k, u_draft)
@@ -325,7 +310,7 @@ class SpecDecoder:
 
     def _advance(self, step: int, accepted_t: torch.Tensor, num_accepted: list[int], emitted: list[list[int]],
                  proposed: list[list[int]], width: int,
-                 lengths: list[int] | None = None) -> tuple[list[dict], bool, list[RowState]]:
+                 lengths: list[int] | None = None) -> tuple[list[RowStep], bool, list[RowState]]:
         """Roll back rejected slots, grow outputs, retire finished rows; returns the row records.
         lengths: each row's cached tokens after the rollback, on the host (when known)."""
         keep_slots = torch.arange(width, device=self.device).unsqueeze(0) <= accepted_t.unsqueeze(1)  # [B, k+1]
@@ -339,16 +324,17 @@ class SpecDecoder:
         rows, left = self._retire(step, num_accepted, emitted, proposed)
         return rows, compacted, left
 
-    def _retire(self, step: int, num_accepted: list[int], emitted: list[list[int]],
-                proposed: list[list[int]]) -> tuple[list[dict], list[RowState]]:
-        """Grow outputs, observe the policy, drop finished rows from caches; (row records, rows that left)."""
+    def _retire(self, step: int, num_accepted: list[int], emitted: list[list[int]], proposed: list[list[int]],
+                trees: dict[int, TreeNodes] | None = None) -> tuple[list[RowStep], list[RowState]]:
+        """Grow outputs, observe the policy, drop finished rows from caches; (row records, rows that left).
+        trees: each row's token tree by request index, in a tree step that drafted."""
         drafted = [len(p) for p in proposed]
         records, keep = {}, []
         for i, (r, e, a, p) in enumerate(zip(self.active, emitted, num_accepted, proposed)):
             out = self._append(r, e)
             r.drafted, r.accepted, r.steps = r.drafted + len(p), r.accepted + a, r.steps + 1
-            records[r.index] = {"index": r.index, "active": True, "drafted": len(p), "accepted": a, "emitted": out,
-                                "draft_tokens": p, "slot": r.slot}
+            records[r.index] = RowStep(r.index, True, len(p), a, tuple(out), tuple(p), r.slot,
+                                       (trees or {}).get(r.index))
             if r.finish_reason is None:
                 keep.append(i)
             else:
@@ -365,8 +351,7 @@ class SpecDecoder:
             self.active = [self.active[i] for i in keep]
         if self.continuous:  # one record per row that stepped (a request queue may be long)
             return list(records.values()), left
-        idle = {"active": False, "drafted": 0, "accepted": 0, "emitted": [], "draft_tokens": []}
-        return [records.get(r.index) or {"index": r.index, **idle} for r in self.rows], left
+        return [records.get(r.index) or RowStep.idle(r.index) for r in self.rows], left
 
     def _append(self, r: RowState, emitted: list[int]) -> list[int]:
         """Add a step's output to a row, cut at max_new_tokens and at the first EOS (inclusive)."""

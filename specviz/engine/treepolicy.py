@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 
 from specviz.analysis import analytic
+from specviz.records import TreeNodes
 
 
 def reach_sorted(k: int, W: int, a) -> list[float]:
@@ -108,15 +109,15 @@ class TreeShapes:
     def observe(self, drafted: list[int], accepted: list[int], rows=None, remaining=None) -> None:
         """Chain-level counts carry no ranks: the tree step reports through observe_trees."""
 
-    def observe_trees(self, trees: list[dict]) -> None:
-        """One step's row trees (token, parent, depth, rank, path, as in the trace): decay, then count."""
+    def observe_trees(self, trees: list[TreeNodes]) -> None:
+        """One step's row trees (parent, depth, rank and the accepted path of each node): decay, then count."""
         for c in self.counts.values():
             c[0] *= self.decay
             c[1] *= self.decay
         for t in trees:
-            reached = {-1, *t["path"]}
-            on_path = set(t["path"])
-            for i, (p, d, r) in enumerate(zip(t["parent"], t["depth"], t["rank"])):
+            reached = {-1, *t.path}
+            on_path = set(t.path)
+            for i, (p, d, r) in enumerate(zip(t.parent, t.depth, t.rank)):
                 if p in reached:
                     c = self.counts.setdefault((d, r), [0.0, 0.0])
                     c[1] += 1

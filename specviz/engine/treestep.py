@@ -24,6 +24,7 @@ from specviz.engine import streams
 from specviz.engine.kernels import get_accept_tree_fn
 from specviz.engine.transfer import host_tensor
 from specviz.engine.tree import TokenTree, ancestor_mask
+from specviz.records import TreeNodes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,13 +118,11 @@ def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, lis
         dec.proposer.commit_tree(paths, emitted, [h["fed_slot"] for h in host], **feats)
     else:
         dec.proposer.commit(num_accepted, emitted, **feats)
-    trees = {r.index: {**h["nodes"], "path": h["path"]} for h, r in zip(host, active)}
+    trees = {r.index: TreeNodes.from_json({**h["nodes"], "path": h["path"]}) for h, r in zip(host, active)}
     if k and hasattr(dec.controller, "observe_trees"):  # treepolicy.TreeShapes: acceptance by depth x rank
         dec.controller.observe_trees(list(trees.values()))
-    proposed = [t["token"] for t in trees.values()]
-    rows, left = dec._retire(step, num_accepted, emitted, proposed)
-    for rec in rows:
-        if k and rec["index"] in trees:  # a regular step (k = 0, e.g. the shape policy's pick) drafts no tree
-            rec["tree"] = trees[rec["index"]]
+    proposed = [list(t.token) for t in trees.values()]
+    # a regular step (k = 0, e.g. the shape policy's pick) drafts no tree
+    rows, left = dec._retire(step, num_accepted, emitted, proposed, trees if k else None)
     lap()
     return logits.shape[1], rows, compacted, left, (width, nodes)

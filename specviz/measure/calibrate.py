@@ -91,8 +91,8 @@ def measure_overhead(target, proposer, batch_sizes, target_cost: CostModel, draf
         dec = decoder_for_ids(target, proposer, [ids] * b, k, 12, prompts=[prompt] * b)
         gaps = []
         for s in dec.steps():
-            total = s["t_draft"] + s["t_verify"] + s["t_accept"] + s["t_bookkeeping"]
-            model_time = target_cost(s["batch_size"], s["k"] + 1) + s["k"] * draft_cost(s["batch_size"], 1)
+            total = s.t_draft + s.t_verify + s.t_accept + s.t_bookkeeping
+            model_time = target_cost(s.batch_size, s.k + 1) + s.k * draft_cost(s.batch_size, 1)
             gaps.append(total - model_time)
         return max(0.0, statistics.median(gaps[1:] or gaps))
 
