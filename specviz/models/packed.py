@@ -20,6 +20,7 @@ exactly the products they always did). A packed copy is remade when its weight c
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -31,10 +32,23 @@ FRESH_BYTES = 16 << 20  # a packed output layer writes fresh logits up to this s
 
 
 def enabled(weight: torch.Tensor) -> bool:
-    """Pack this weight: bf16 on the CPU, oneDNN present, not switched off (checked once per forward)."""
+    """Pack this weight: bf16 on the CPU, oneDNN able to pack bf16 here, not switched off (checked
+    once per forward)."""
     return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16
-            and os.environ.get("SPECVIZ_PACKED_WEIGHTS", "1") != "0"
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+            and os.environ.get("SPECVIZ_PACKED_WEIGHTS", "1") != "0" and cpu_packs_bf16())
+
+
+@functools.cache
+def cpu_packs_bf16() -> bool:
+    """oneDNN's bf16 packing runs on this CPU. It needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT; on an
+    AVX2-only CPU the reorder raises, so one tiny reorder is tried once rather than the flags guessed."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16), HINT)
+    except RuntimeError:
+        return False
+    return True
 
 
 def pack_of(weight: torch.Tensor) -> torch.Tensor:
