@@ -220,8 +220,8 @@ def test_a_feature_draft_stores_no_output_rows_and_loads_the_targets_own(feature
 
 def test_a_stored_head_draft_and_its_stripped_copy_draft_the_same(feature_distilled, target, tmp_path):
     """bench/head_from_target.py turns a draft that stores the target's rows (the older format, still
-    loaded) into one that does not, and both propose the same tokens; rows that are not the target's
-    are refused."""
+    loaded) into one that does not, and both propose the same tokens up to bf16 near-ties; rows that are
+    not the target's are refused."""
     import importlib.util
     import shutil
     from pathlib import Path
@@ -250,7 +250,13 @@ def test_a_stored_head_draft_and_its_stripped_copy_draft_the_same(feature_distil
     assert "lm_head.weight" not in load_file(str(stored / "model.safetensors"))
     after = decode(target, ids, make_proposer(str(stored), target), 3, max_new=16)[1]
     drafted = [[r["draft_tokens"] for s in steps for r in s["rows"]] for steps in (before, after)]
-    assert drafted[0] == drafted[1] and any(drafted[0])
+    # The stored rows are the target's rounded to bf16; the stripped draft takes the exact fp32 rows, so
+    # a near-tie deep in a chain may flip (one of 96 tokens did on an AVX2 EPYC): the same drafts but ties.
+    pairs = [(x, y) for a, b in zip(*drafted) for x, y in zip(a, b)]
+    assert any(drafted[0]) and sum(x == y for x, y in pairs) >= 0.95 * len(pairs), drafted
+    head = make_proposer(str(stored), target).loaded.model.lm_head.weight
+    rows = target.model.get_output_embeddings().weight[json.loads((stored / DRAFT_FILE).read_text())["vocab_map"]]
+    assert torch.equal(head, rows)  # stripped: exactly the target's rows
     with pytest.raises(SystemExit, match="not the target's"):
         strip.strip_head(bad, target)
 
