@@ -33,7 +33,8 @@ from specviz.analysis.analytic import positions_tried  # noqa: E402
 from specviz.analysis.costs import load_calibration  # noqa: E402
 from specviz.measure.bench import engine_arm, interleaved, warm_up  # noqa: E402
 from specviz.prompts.sets import CHAT  # noqa: E402
-from specviz.run import RunConfig, load_pair, read_prompts  # noqa: E402
+from specviz.runconfig import RunConfig  # noqa: E402
+from specviz.run import load_pair, read_prompts  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

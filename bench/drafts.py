@@ -24,7 +24,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from specviz.measure.bench import engine_arm, interleaved, peer_arm, same_rows, warm_up, warm_up_peer  # noqa: E402
-from specviz.run import RunConfig, get_model, make_proposer, read_prompts  # noqa: E402
+from specviz.runconfig import RunConfig  # noqa: E402
+from specviz.run import get_model, make_proposer, read_prompts  # noqa: E402
 
 
 def add_common_args(ap: argparse.ArgumentParser, batch_size: int, rounds: int) -> None:

@@ -17,7 +17,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from specviz.prompts.sets import CHAT  # noqa: E402
-from specviz.run import RunConfig, iter_run, load_pair, run  # noqa: E402
+from specviz.runconfig import RunConfig  # noqa: E402
+from specviz.run import iter_run, load_pair, run  # noqa: E402
 
 
 def main() -> None:

@@ -16,7 +16,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from specviz.analysis.trace import tokens_per_s  # noqa: E402
-from specviz.run import RunConfig, load_pair, read_prompts, run  # noqa: E402
+from specviz.runconfig import RunConfig  # noqa: E402
+from specviz.run import load_pair, read_prompts, run  # noqa: E402
 
 
 def main() -> None:

@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from drafts import print_round  # noqa: E402
 from specviz.measure.bench import engine_arm, interleaved, same_rows, warm_up  # noqa: E402
-from specviz.run import RunConfig, get_model, make_proposer, read_prompts  # noqa: E402
+from specviz.runconfig import RunConfig  # noqa: E402
+from specviz.run import get_model, make_proposer, read_prompts  # noqa: E402
 
 
 def switched(arm, on: bool):

@@ -26,7 +26,8 @@ from drafts import add_common_args, print_round  # noqa: E402
 
 from specviz.measure.bench import engine_arm, interleaved, warm_up  # noqa: E402
 from specviz.measure.calibrate import load_calibration  # noqa: E402
-from specviz.run import RunConfig, load_pair, read_prompts  # noqa: E402
+from specviz.runconfig import RunConfig  # noqa: E402
+from specviz.run import load_pair, read_prompts  # noqa: E402
 
 
 def parse_policies(text: str) -> list[tuple[str, int]]:

@@ -23,7 +23,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from specviz.measure.bench import engine_arm, interleaved, same_rows, warm_up  # noqa: E402
-from specviz.run import RunConfig, get_model, make_proposer, read_prompts  # noqa: E402
+from specviz.runconfig import RunConfig  # noqa: E402
+from specviz.run import get_model, make_proposer, read_prompts  # noqa: E402
 
 
 def step_stats(traces: list[dict]) -> tuple[float, float, float, float]:

@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specviz.peers.bench import format_result, peer_bench  # noqa: E402
 from specviz.peers.server import ServeConfig  # noqa: E402
-from specviz.run import RunConfig, read_prompts  # noqa: E402
+from specviz.runconfig import RunConfig  # noqa: E402
+from specviz.run import read_prompts  # noqa: E402
 
 
 def slots(text: str) -> list[tuple[int, int | None]]:

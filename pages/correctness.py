@@ -11,7 +11,8 @@ from specviz.app import devicequeue, jobs, modelcharts, state as appstate, token
 from specviz.app.safetext import md_escape
 from specviz.common import SpecvizError
 from specviz.prompts import sets as promptsets
-from specviz.run import RunConfig, get_model, make_proposer, run
+from specviz.runconfig import RunConfig
+from specviz.run import get_model, make_proposer, run
 
 JOB_KEY = "corr_job"
 

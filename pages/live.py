@@ -16,8 +16,9 @@ from specviz.app.upload import read_trace_upload, trace_csv_zip
 
 from specviz.prompts import sets as promptsets
 from specviz.common import SpecvizError
-from specviz.engine.policies import CONTROLLERS, COST_AWARE
-from specviz.run import UNCALIBRATED, RunConfig
+from specviz.engine.policies import CONTROLLERS, COST_AWARE, UNCALIBRATED
+from specviz.bounds import SLIDERS
+from specviz.runconfig import RunConfig
 from specviz.analysis.trace import to_chrome_trace
 
 # While a run goes the numbers and text redraw every TEXT_S s (2 s: the page made 0.97x the CLI's
@@ -42,8 +43,8 @@ st.title("Live batched speculative decoding")
 # ---- controls ------------------------------------------------------------------------------------
 c1, c2, c3 = st.columns(3)
 with c1:
-    st.slider("Batch size b", 1, 64, 4, key="batch_size")
-    st.slider("Draft length k (0 = regular decoding)", 0, 16, 2, key="draft_length")
+    st.slider("Batch size b", *SLIDERS["batch_size"][:3], key="batch_size")
+    st.slider("Draft length k (0 = regular decoding)", *SLIDERS["draft_length"][:3], key="draft_length")
     st.selectbox("Draft-length controller", list(CONTROLLERS), key="controller",
                  help="fixed k, transformers' heuristic (+2/-1), BASS (Algorithm 1 as the paper states it), "
                       "BASS capped by the calibrated k*, a batch-size table, the analytic optimum, SmartSpec's "
@@ -55,13 +56,13 @@ with c1:
         how = UNCALIBRATED.get(st.session_state["controller"], UNCALIBRATED["k"])
         st.caption(f"Not calibrated yet: this policy picks {how} until `python -m specviz calibrate` has run for this pair.")
 with c2:
-    st.slider("Temperature (0 = greedy)", 0.0, 2.0, 0.0, 0.05, key="temperature")
-    st.slider("Top-p", 0.05, 1.0, 1.0, 0.05, key="top_p")
-    st.slider("Max new tokens", 1, 512, 64, key="max_new_tokens")
+    st.slider("Temperature (0 = greedy)", *SLIDERS["temperature"], key="temperature")
+    st.slider("Top-p", *SLIDERS["top_p"], key="top_p")
+    st.slider("Max new tokens", *SLIDERS["max_new_tokens"][:3], key="max_new_tokens")
 with c3:
     st.selectbox("Prompt set", list(promptsets.PROMPT_SETS), key="prompt_set", on_change=load_prompt_set,
                  format_func=tokentext.short_label, help="n-gram drafts shine on the copy-heavy summarize/rewrite set")
-    st.number_input("Seed", 0, 2**31 - 1, 0, key="seed")
+    st.number_input("Seed", *SLIDERS["seed"][:3], key="seed")
     st.checkbox("Race against regular decoding", value=True, key="race",
                 help="afterwards, run regular decoding on the same prompts: the measured speedup, the exactness "
                      "check and the race replay need it")

@@ -13,7 +13,7 @@ from specviz.app import devicequeue, jobs, modelcharts, state as appstate, token
 from specviz.common import SpecvizError
 from specviz.measure.sweep import drift_warning, sweep_config
 from specviz.prompts import sets as promptsets
-from specviz.run import RunConfig
+from specviz.runconfig import RunConfig
 
 JOB_KEY = "sweep_job"
 POLL_S = 1.0

@@ -17,7 +17,8 @@ from specviz.common import SpecvizError
 
 def _config(a):
     from specviz.models import statickv
-    from specviz.run import RunConfig, read_prompts
+    from specviz.runconfig import RunConfig
+    from specviz.run import read_prompts
 
     prompts = list(a.prompt or [])
     if a.prompts:

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from specviz.engine.policies import COST_AWARE, make_controller
+from specviz.engine.policies import COST_AWARE, UNCALIBRATED, make_controller
 from specviz.models.distilled import get_distilled_draft, is_distilled_draft
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.decoder import SpecDecoder
@@ -28,131 +28,21 @@ from specviz.records import Step
 from specviz.prompts.files import read_prompts  # noqa: F401  (re-exported for the CLI)
 from specviz.prompts.fit import check_fits, context_length
 
-@dataclasses.dataclass
-class RunConfig:
-    target: str = "default"
-    draft: str = "default"
-    prompts: list[str] = dataclasses.field(default_factory=list)
-    batch_size: int = 1
-    draft_length: int = 2
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    controller: str = "fixed"
-    mode: str = "speculative"
-    device: str = "auto"
-    dtype: str = "auto"
-    device_map: str = "none"  # "auto": the target spread over every GPU (then CPU, disk) by accelerate
-    raw_prompt: bool = False
-    controller_args: dict = dataclasses.field(default_factory=dict)
-    draft_confidence: float = 0.0  # model drafts: a row stops drafting after a token with draft probability below this
-    # The request queue (issue 17): batch_size is the number of concurrent rows (slots); requests
-    # (None = batch_size: one static batch, as before) run through them, a finished row's slot
-    # going to the next request; static=True runs them as consecutive static batches instead.
-    requests: int | None = None
-    arrival_rate: float = 0.0  # requests per second, Poisson (seeded by seed); 0 = all queued at t = 0
-    static: bool = False
-    # Token trees (issue 16): every row drafts a tree of depth draft_length, expanding the top
-    # tree_width children of the tree_width best frontier nodes per depth, tree_nodes nodes kept.
-    # tree_width 1 = chains (today's code path and output).
-    tree_width: int = 1
-    tree_nodes: int = 16
-    # CUDA graphs (issue 18): the target's and a model draft's forwards over a static KV cache,
-    # replayed as graphs where the model is on CUDA (specviz.models.statickv; eager elsewhere).
-    cuda_graphs: bool = False
-
-    def validate(self) -> None:
-        """Reject bad input with one clear sentence (checked before anything loads)."""
-        if self.batch_size < 1:
-            raise SpecvizError(f"batch size must be at least 1 (got {self.batch_size})")
-        if self.draft_length < 0:
-            raise SpecvizError(f"draft length must be 0 or more (got {self.draft_length})")
-        if self.max_new_tokens < 1:
-            raise SpecvizError(f"max new tokens must be at least 1 (got {self.max_new_tokens})")
-        if self.temperature < 0:
-            raise SpecvizError(f"temperature must be 0 (greedy) or positive (got {self.temperature})")
-        if not 0 < self.top_p <= 1:
-            raise SpecvizError(f"top-p must be in (0, 1] (got {self.top_p})")
-        if not 0 <= self.draft_confidence < 1:
-            raise SpecvizError(f"draft confidence must be in [0, 1) (got {self.draft_confidence})")
-        if self.tree_width < 1 or self.tree_nodes < 1:
-            raise SpecvizError(f"tree width and tree nodes must be at least 1 (got {self.tree_width}, {self.tree_nodes})")
-        if self.requests is not None and self.requests < 1:
-            raise SpecvizError(f"requests must be at least 1 (got {self.requests})")
-        if self.requests is not None and self.requests < self.batch_size:
-            raise SpecvizError(f"{self.requests} requests cannot fill {self.batch_size} slots: give --requests >= "
-                               f"--batch-size, or --batch-size {self.requests}")
-        if not (self.arrival_rate >= 0 and self.arrival_rate < float("inf")):
-            raise SpecvizError(f"arrival rate must be 0 (all queued at the start) or a positive number of requests "
-                               f"per second (got {self.arrival_rate})")
-        if self.device_map not in ("none", "auto"):
-            raise SpecvizError(f"device map must be none or auto (got {self.device_map!r})")
-        if self.mode not in ("speculative", "regular"):
-            raise SpecvizError(f"mode must be speculative or regular (got {self.mode!r})")
-        if not self.prompts:
-            raise SpecvizError("no prompts given: pass --prompt TEXT or --prompts FILE")
-        empty = [i for i, p in enumerate(self.prompts) if not p.strip()]
-        if empty:
-            raise SpecvizError(f"prompt {empty[0] + 1} is empty: every prompt needs some text")
-        resolve_dtype(self.dtype, resolve_device(self.device))
-
-    @property
-    def params(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p)
-
-    def batch_prompts(self) -> list[str]:
-        """B prompts: cycled when B exceeds the number given."""
-        return [self.prompts[i % len(self.prompts)] for i in range(self.batch_size)]
-
-    @property
-    def num_requests(self) -> int:
-        return self.batch_size if self.requests is None else self.requests
-
-    def request_prompts(self) -> list[str]:
-        """One prompt per request: cycled when there are more requests than prompts."""
-        return [self.prompts[i % len(self.prompts)] for i in range(self.num_requests)]
-
-    def arrivals(self) -> list[float] | None:
-        """Seconds after the start at which each request arrives (Poisson at arrival_rate, seeded), or
-        None: all queued at t = 0."""
-        if not self.arrival_rate:
-            return None
-        import numpy as np
-
-        gaps = np.random.default_rng(self.seed).exponential(1.0 / self.arrival_rate, self.num_requests)
-        return np.cumsum(gaps).tolist()
-
-    def every_prompt(self) -> list["RunConfig"]:
-        """One config per batch so that every prompt runs once at batch size B (the last batch
-        cycles prompts to stay full): what bench and sweep measure, so B = 1 is not one prompt.
-        A run with a request queue (requests > batch size) is one config already."""
-        P, B = len(self.prompts), self.batch_size
-        if B >= P or self.num_requests > B:
-            return [self]
-        return [dataclasses.replace(self, prompts=[self.prompts[(i + j) % P] for j in range(B)]) for i in range(0, P, B)]
-
-    def to_trace_config(self, target=None, proposer=None) -> dict:
-        d = dataclasses.asdict(self)
-        d.pop("prompts")
-        d.pop("controller_args")
-        if self.tree_width == 1 and self.controller != "tree":  # chains: the trace's config reads as before trees
-            d.pop("tree_width"), d.pop("tree_nodes")
-        if not self.cuda_graphs:  # the trace's config reads as before graphs
-            d.pop("cuda_graphs")
-        if self.device_map == "none":  # one device: the config reads as before device maps
-            d.pop("device_map")
-        elif target is not None and getattr(target, "device_map", None):
-            d["device_map"] = placement(target.device_map)
-        if target is not None:
-            d["dtype"] = str(target.dtype).removeprefix("torch.")
-            d["device"] = str(target.device)
-            d["target_name"] = target.name
-            d.update({f"target_{k}": v for k, v in _model_facts(target).items()})
-        if proposer is not None:
-            d["draft_name"] = proposer.name
-            d.update({f"draft_{k}": v for k, v in _model_facts(getattr(proposer, "loaded", None), target).items()})
-        return d
+def trace_config(cfg: RunConfig, target=None, proposer=None) -> dict:
+    """The trace's "config": the run's settings (RunConfig.to_trace_config) and what the loaded
+    pair adds: the resolved device and dtype, the models' names, layers and sizes."""
+    d = cfg.to_trace_config()
+    if cfg.device_map != "none" and target is not None and getattr(target, "device_map", None):
+        d["device_map"] = placement(target.device_map)
+    if target is not None:
+        d["dtype"] = str(target.dtype).removeprefix("torch.")
+        d["device"] = str(target.device)
+        d["target_name"] = target.name
+        d.update({f"target_{k}": v for k, v in _model_facts(target).items()})
+    if proposer is not None:
+        d["draft_name"] = proposer.name
+        d.update({f"draft_{k}": v for k, v in _model_facts(getattr(proposer, "loaded", None), target).items()})
+    return d
 
 
 def _model_facts(loaded, shares_with=None) -> dict:
@@ -248,12 +138,6 @@ def hardware_info(device: torch.device, dtype: torch.dtype) -> dict:
 
 # ---- running ---------------------------------------------------------------------------------
 
-# What a cost-aware policy picks from while its pair has no calibration ("k": every chain policy).
-UNCALIBRATED = {"k": "k from the batch-1 formula (cost ratio 0.1)",
-                "tree": "(k, W, N) from an illustrative roofline (a draft forward costs 0.1 of a target forward, "
-                        "both flat up to 64 tokens)"}
-
-
 def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecoder:
     prompts = cfg.request_prompts()
     ids = encode_prompts(target.tokenizer, prompts, cfg.raw_prompt)
@@ -289,7 +173,8 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
         from specviz.engine.treestep import TreeShape
 
         tree = TreeShape(cfg.tree_width, cfg.tree_nodes)
-    return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens, cfg.params, cfg.seed, prompts=prompts,
+    return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens,
+                           SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p), cfg.seed, prompts=prompts,
                            controller=controller, accept_fn=accept_fn, slots=cfg.batch_size,
                            arrivals=cfg.arrivals(), refill=not cfg.static, tree=tree)
 
@@ -346,11 +231,11 @@ class RunSession:
 
 def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True,
              accept_fn=None) -> Iterator[tuple[RunSession, Step | None]]:
-    """Yield (session, step record) per step, then (session, None) with session.trace set."""
-    cfg.validate()
+    """Yield (session, step record) per step, then (session, None) with session.trace set.
+    ``cfg`` was validated where it was made (RunConfig.validate: the CLI, a page, a script)."""
     dec = make_decoder(cfg, target, proposer, accept_fn)
     sampler = _start_telemetry(target.device) if telemetry else None  # pages read its samples while the run goes
-    session = RunSession(cfg, target, proposer, dec, TraceBuilder(cfg.to_trace_config(target, proposer),
+    session = RunSession(cfg, target, proposer, dec, TraceBuilder(trace_config(cfg, target, proposer),
                                                                    hardware_info(target.device, target.dtype)),
                          sampler, time.perf_counter())
     try:
@@ -369,8 +254,7 @@ def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True,
 def run(cfg: RunConfig, target=None, proposer=None, on_step: Callable | None = None, telemetry: bool = True,
         accept_fn=None) -> dict:
     """Run to completion and return the trace. Loads the pair if not given. ``on_step(session, step)``
-    is called after every step."""
-    cfg.validate()
+    is called after every step. ``cfg`` was validated where it was made."""
     if target is None:
         target, proposer = load_pair(cfg)
     session, steps = None, iter_run(cfg, target, proposer, telemetry, accept_fn)

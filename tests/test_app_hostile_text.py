@@ -35,7 +35,8 @@ pytestmark = pytest.mark.usefixtures("navigation_owns_the_pages")  # tests/conft
 @pytest.fixture(scope="module")
 def real_trace() -> dict:
     """A short run of the default model, as `python -m specviz run` writes it (telemetry included)."""
-    from specviz.run import RunConfig, get_model, make_proposer, run
+    from specviz.runconfig import RunConfig
+    from specviz.run import get_model, make_proposer, run
 
     target = get_model("default", "auto", "auto")  # the sidebar's pair: the same cached model
     cfg = RunConfig(prompts=["Hi there", "Name a colour."], batch_size=2, max_new_tokens=8, draft="ngram")

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from specviz.app.state import start_run
-from specviz.run import RunConfig
+from specviz.runconfig import RunConfig
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 
 from specviz.app import charts, modelcharts, tokentext
 from specviz.analysis import explain
-from specviz.run import RunConfig
+from specviz.runconfig import RunConfig
 from specviz.analysis.trace import build_trace, sequence_record
 
 from fakes import ScriptedDraft, decode, ragged_prompts, reference_greedy, tiny_llama

@@ -13,7 +13,8 @@ from specviz.common import SpecvizError
 from specviz.engine.policies import make_controller
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.sampling import SamplingParams
-from specviz.run import RunConfig, decoder_for_ids
+from specviz.runconfig import RunConfig
+from specviz.run import decoder_for_ids
 
 from fakes import ScriptedDraft, perturbed_copy, ragged_prompts, reference_greedy, tiny_llama
 

@@ -85,7 +85,8 @@ def test_an_unknown_device_map_is_one_line(tiny_dir):
 
 
 def test_a_run_with_device_map_auto_records_where_the_target_went_and_decodes_as_without(tiny_dir, tmp_path, monkeypatch):
-    from specviz.run import RunConfig, run
+    from specviz.runconfig import RunConfig
+    from specviz.run import run
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     cfg = RunConfig(target=str(tiny_dir), draft="ngram", prompts=["t3 t4 t5 t3 t4", "t9 t8"], batch_size=2,

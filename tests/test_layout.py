@@ -15,7 +15,8 @@ PKG = ROOT / "specviz"
 # and do not import each other.
 LAYERS = [
     {"specviz.common", "specviz.childproc", "specviz.records"},
-    {"specviz.analysis", "specviz.prompts", "specviz.telemetry", "specviz.wholefolder"},
+    {"specviz.analysis", "specviz.prompts", "specviz.telemetry", "specviz.wholefolder", "specviz.bounds"},
+    {"specviz.runconfig"},  # a run's settings, checked against specviz.bounds; no torch
     {"specviz.models"},
     {"specviz.engine"},  # with kernels/, loaded as specviz.engine.kernels.*: the engine's hot step
     {"specviz.run"},

@@ -20,7 +20,7 @@ import workerfakes
 
 from specviz.app import liverun, worker
 from specviz.app.liverun import LiveRun
-from specviz.run import RunConfig
+from specviz.runconfig import RunConfig
 
 
 @pytest.fixture(autouse=True)

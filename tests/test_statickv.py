@@ -269,7 +269,7 @@ def test_greedy_outputs_with_graphs_equal_without_on_cuda(monkeypatch, dtype):
 
 
 def test_use_graphs_switches_the_static_cache_for_caches_made_after_and_the_trace_says_so(target, monkeypatch):
-    from specviz.run import RunConfig
+    from specviz.runconfig import RunConfig
 
     _static(monkeypatch, False)
     statickv.use_graphs(True)

@@ -5,7 +5,8 @@ import pytest
 from specviz.analysis.analytic import expected_accepted
 from specviz.measure.calibrate import Calibration, calibrate, load_calibration, time_forward
 from specviz.engine.proposers import NgramDraft
-from specviz.run import RunConfig, get_model
+from specviz.runconfig import RunConfig
+from specviz.run import get_model
 from specviz.analysis.tracestats import alpha_from_accepted
 from specviz.measure.sweep import summarize_sweep, sweep
 

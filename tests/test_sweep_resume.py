@@ -11,7 +11,7 @@ from specviz.cli import main
 from specviz.analysis.analytic import CostModel
 from specviz.analysis.costs import Calibration
 from specviz.measure import resume
-from specviz.run import RunConfig
+from specviz.runconfig import RunConfig
 
 ARGS = ["sweep", "--prompt", "Repeat: a b c a b c a b c", "--draft", "ngram", "--batch-sizes", "1,2",
         "--draft-lengths", "1", "--max-new-tokens", "4", "--device", "cpu", "--dtype", "float32"]

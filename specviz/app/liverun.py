@@ -23,7 +23,8 @@ import time
 from specviz.analysis.trace import TraceBuilder
 from specviz.app import devicequeue, worker as workers
 from specviz.app.worker import error_message, free_device_memory, oom_message, yield_cores  # noqa: F401
-from specviz.run import RunConfig, iter_run, load_pair
+from specviz.runconfig import RunConfig
+from specviz.run import iter_run, load_pair
 
 RUNNING = ("queued", "loading", "running", "racing")
 

@@ -13,16 +13,18 @@ import streamlit as st
 
 from specviz.app import queuecharts
 from specviz.app.charts import ragged_lengths
+from specviz.bounds import SLIDERS
 
 
 def controls() -> None:
-    st.number_input("Requests through the b slots (0 = one static batch of b)", min_value=0, max_value=4096,
-                    step=1, key="requests",
+    st.number_input("Requests through the b slots (0 = one static batch of b)", min_value=SLIDERS["requests"][0],
+                    max_value=SLIDERS["requests"][1], step=SLIDERS["requests"][3], key="requests",
                     help="continuous batching: when a row finishes, the next request's prompt is prefilled and "
                          "takes its slot; prompts cycle to this many requests. The race runs regular decoding "
                          "under the same queue.")
-    st.number_input("Arrival rate, requests/s (0 = all queued at the start)", min_value=0.0, max_value=1000.0,
-                    step=0.5, key="arrival_rate", help="Poisson arrivals, seeded by Seed")
+    st.number_input("Arrival rate, requests/s (0 = all queued at the start)", min_value=SLIDERS["arrival_rate"][0],
+                    max_value=SLIDERS["arrival_rate"][1], step=SLIDERS["arrival_rate"][3], key="arrival_rate",
+                    help="Poisson arrivals, seeded by Seed")
 
 
 def lengths_chart(trace: dict):

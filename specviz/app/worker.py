@@ -202,7 +202,6 @@ class _Job:
         job, cfg = self.job, self.job.cfg
         try:
             self.send("status", "loading")
-            cfg.validate()
             target, proposer = job.loader(cfg)
             self._send_tokenizer(target.tokenizer)
             if self.stop_asked():

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specviz.checks.numbers import FLOATS, INT_LISTS, INTS, MAX_ROWS, check_numbers, int_list  # noqa: F401 (the pass's API)
+from specviz.bounds import FLOATS, INT_LISTS, INTS, MAX_ROWS, check_numbers, int_list  # noqa: F401 (the pass's API)
 from specviz.common import SpecvizError
 
 CHECKED = {

@@ -373,6 +373,12 @@ CONTROLLERS = {
 }
 
 
+
+# What a cost-aware policy picks from while its pair has no calibration ("k": every chain policy).
+UNCALIBRATED = {"k": "k from the batch-1 formula (cost ratio 0.1)",
+                "tree": "(k, W, N) from an illustrative roofline (a draft forward costs 0.1 of a target forward, "
+                        "both flat up to 64 tokens)"}
+
 def make_controller(name: str, k: int, **kwargs):
     """Build a policy by CLI name; ``k`` is the starting / fixed draft length.
 

@@ -17,7 +17,8 @@ from typing import Callable
 
 from specviz.analysis.trace import summarize, tokens_per_s
 from specviz.models.loading import encode_prompts
-from specviz.run import RunConfig, load_pair, make_proposer, run
+from specviz.runconfig import RunConfig
+from specviz.run import load_pair, make_proposer, run
 
 # An arm: () -> (tokens/s, the traces of our engine, or None for a peer outside it)
 Arm = Callable[[], tuple[float, list[dict] | None]]
@@ -159,7 +160,6 @@ def bench(cfg: RunConfig, repeats: int = 3, peer: bool = True, peer_draft: str |
     """Load the pair and run regular, speculative and (at B = 1, greedy) transformers' peer,
     interleaved over ``repeats`` rounds. ``peer_draft``: the peer's draft when it differs from
     ours (transformers cannot run a feature draft)."""
-    cfg.validate()
     target, proposer = load_pair(dataclasses.replace(cfg, mode="speculative"))
     reg_cfg = dataclasses.replace(cfg, mode="regular")
     peer_proposer, note = None, None

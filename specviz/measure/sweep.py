@@ -30,7 +30,8 @@ from specviz.analysis.tracestats import alpha_from_accepted, mean_accepted_per_r
 from specviz.common import SpecvizError, write_atomic
 from specviz.measure.bench import engine_arm, interleaved, warm_up
 from specviz.measure.calibrate import calibrate, calibration_load_warning, load_calibration
-from specviz.run import RunConfig, load_pair
+from specviz.runconfig import RunConfig
+from specviz.run import load_pair
 
 
 def measure_cell(base: RunConfig, b: int, k: int, target, proposer, calibration, repeats: int = 1) -> dict:
@@ -104,7 +105,6 @@ def sweep_config(cfg: RunConfig, batch_sizes, draft_lengths, repeats: int = 1, r
     """``python -m specviz sweep``: load the pair, take the cached calibration (or measure one),
     run the grid. Returns (rows, summary, calibration, trace config)."""
     note = note or (lambda msg: print(msg, file=sys.stderr))
-    cfg.validate()
     target, proposer = load_pair(cfg)
     if proposer is None:
         raise SpecvizError("a sweep compares speculative with regular decoding: give a --draft other than none")

@@ -31,7 +31,8 @@ from specviz.measure.bench import warm_up
 from specviz.models.loading import encode_prompts
 from specviz.peers import metrics
 from specviz.peers.server import ServeConfig, VllmServer, is_ngram, served_name
-from specviz.run import RunConfig, load_pair, run
+from specviz.runconfig import RunConfig
+from specviz.run import load_pair, run
 
 
 @dataclasses.dataclass

@@ -1,5 +1,7 @@
-"""The numeric flags' ranges and their one-line messages: the same flag means the same bound in
-every subcommand (specviz.checks runs these first in its pass)."""
+"""Every number's bounds, in one table: the CLI's flags (specviz.checks runs these first in its
+pass), a run's configuration (specviz.runconfig.RunConfig.validate) and the pages' sliders
+(``SLIDERS``, always inside the table's bounds) all read it, so the same setting means the same
+bound and the same one-line message everywhere. No torch: the Streamlit server imports it."""
 
 from __future__ import annotations
 
@@ -38,6 +40,20 @@ FLOATS = {
 INT_LISTS = {"batch_sizes": 1, "draft_lengths": 1, "eval_ks": 1}  # dest: lowest value
 
 
+# The pages' controls for a run's settings: (lowest, highest, default, step). What a slider can
+# reach is a sensible range for a demo, always inside INTS / FLOATS (tests/test_bounds.py).
+SLIDERS = {
+    "batch_size": (1, 64, 4, 1),
+    "draft_length": (0, 16, 2, 1),
+    "max_new_tokens": (1, 512, 64, 1),
+    "temperature": (0.0, 2.0, 0.0, 0.05),
+    "top_p": (0.05, 1.0, 1.0, 0.05),
+    "seed": (0, 2**31 - 1, 0, 1),
+    "requests": (0, 4096, 0, 1),  # 0 on the page = one static batch of b (None in the config)
+    "arrival_rate": (0.0, 1000.0, 0.0, 0.5),
+}
+
+
 def _name(dest: str) -> str:
     return "top-p" if dest == "top_p" else dest.replace("_", " ")
 
@@ -49,6 +65,7 @@ def _flag(dest: str) -> str:
 # ---- numbers -----------------------------------------------------------------------------
 
 def check_numbers(a) -> None:
+    """Every bounded number ``a`` has (parsed flags or a RunConfig): SpecvizError for the first out of range."""
     for dest, (lo, hi) in INTS.items():
         v = getattr(a, dest, None)
         if v is None:
