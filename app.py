@@ -6,7 +6,8 @@ from streamlit import config as st_config
 from specviz.app import state as appstate
 from specviz.common import SpecvizError
 
-st.set_page_config(page_title="specviz", layout="wide", initial_sidebar_state="expanded")
+st.set_page_config(page_title="specviz: speculative decoding, live", page_icon="⏩", layout="wide",
+                   initial_sidebar_state="expanded")
 if st_config.get_option("runner.postScriptGC"):  # a server started outside this folder missed .streamlit/config.toml
     try:  # a full gc.collect(2) after every rerun takes a core from the decoder (see that file)
         st_config.set_option("runner.postScriptGC", False)

@@ -122,3 +122,11 @@ def test_a_real_server_from_the_checkout_listens_on_loopback_only_and_refuses_ot
             stop_process(proc)
             log.seek(0)
             print(log.read().decode(errors="replace")[-2000:])
+
+
+def test_the_checkout_hides_deploy_and_the_developer_menu():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLIT_")}
+    read = ("import streamlit.config as c; c.get_config_options(force_reparse=True); "
+            "print(c.get_option('client.toolbarMode'))")
+    out = subprocess.run([sys.executable, "-c", read], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "minimal"
