@@ -4,6 +4,7 @@ import streamlit as st
 from streamlit import config as st_config
 
 from specviz.app import state as appstate
+from specviz.app.safetext import md_escape
 from specviz.common import SpecvizError
 
 st.set_page_config(page_title="specviz: speculative decoding, live", page_icon="⏩", layout="wide",
@@ -42,10 +43,11 @@ with st.sidebar:
     c1, c2 = st.columns(2)
     c1.selectbox("Device", ["auto", "cpu", "cuda"], key="device")
     c2.selectbox("dtype", ["auto", "float32", "bfloat16"], key="dtype")
-    cuda = appstate.has_cuda()
+    cuda = appstate.has_cuda()  # None: another job holds the device, which has not said yet
     st.checkbox("CUDA graphs", key="cuda_graphs", disabled=not cuda,
                 help="replay the target's and the draft's forwards as CUDA graphs over a static KV cache: the same "
-                     "tokens, less host work per step" if cuda else "needs a CUDA GPU: this machine has none")
+                     "tokens, less host work per step" if cuda else "needs a CUDA GPU: this machine has none"
+                if cuda is False else "the device is busy with another job: this switch is offered once it ends")
 
     try:  # a SPEC this bind does not serve (specviz.app.exposure) stops here: no page runs with it
         v = appstate.sidebar_values(st.session_state)
@@ -59,9 +61,9 @@ with st.sidebar:
     else:
         try:
             with st.spinner(f"loading {v['target']}…"):
-                target = appstate.cached_model(v["target"], v["device"], v["dtype"])
-            dtype = str(target.dtype).removeprefix("torch.")
-            st.caption(f"target: **{target.name}** — {target.num_params / 1e6:.0f}M params, {dtype} on {target.device}")
+                target = appstate.model_facts(v["target"], v["device"], v["dtype"])
+            st.caption(f"target: **{md_escape(target['name'])}** — {target['num_params'] / 1e6:.0f}M params, "
+                       f"{target['dtype']} on {target['device']}")
             if st.session_state.get("draft_kind") == "model" and not draft:
                 st.warning("enter a draft model SPEC")
             elif draft not in ("none", "ngram", "default"):
@@ -71,6 +73,8 @@ with st.sidebar:
                     st.error(problem)
                 else:
                     st.caption(f"draft: **{draft}**")
+        except appstate.DeviceBusy as e:  # a page that needs the facts says so; the others draw as they are
+            st.caption(f"target: **{md_escape(v['target'])}** (its details once the device is free: {e})")
         except SpecvizError as e:
             st.error(f"target not loaded: {e}")
         except Exception as e:  # a broken model file, a missing package...: the app keeps working

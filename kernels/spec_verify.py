@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specviz.engine.kernels import interpreting
+from specviz.engine.kernels.interpret import interpreting
 from specviz.engine.sampling import SamplingParams, Verdict, process_logits
 
 # How p is obtained from the values the kernels read.

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from specviz.engine.kernels import interpreting
+from specviz.engine.kernels.interpret import interpreting
 from specviz.engine.sampling import SamplingParams, process_logits
 from specviz.engine.tree import TokenTree, TreeVerdict
 

@@ -1,18 +1,15 @@
 """Correctness: greedy speculative output must equal greedy regular output (checked in fp32),
 and the sampled acceptance rule must reproduce the target distribution."""
 
-import dataclasses
-
 import pandas as pd
 import streamlit as st
 
 from specviz.analysis.explain import exactness
-from specviz.app import devicequeue, jobs, modelcharts, state as appstate, tokentext
+from specviz.app import devicequeue, modelcharts, state as appstate, tokentext
 from specviz.app.safetext import md_escape
 from specviz.common import SpecvizError
 from specviz.prompts import sets as promptsets
 from specviz.runconfig import RunConfig
-from specviz.run import get_model, make_proposer, run
 
 JOB_KEY = "corr_job"
 
@@ -33,21 +30,6 @@ max_new = c3.slider("max new tokens", 4, 128, 24, key="corr_max_new")
 pset = c1.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="corr_prompts",
                     format_func=tokentext.short_label, help=" · ".join(promptsets.PROMPT_SETS))
 
-def exactness_job(cfg: RunConfig):
-    """Both modes on the fp32 target, in the job's thread: the rows of divergence_rows."""
-    def fn(job: jobs.Job) -> list[dict]:
-        job.say("loading the fp32 target…")
-        target = get_model(cfg.target, cfg.device, "float32")
-        job.say("speculative run…")
-        spec = run(cfg, target, make_proposer(cfg.draft, target), telemetry=False)
-        if job.stopped:
-            return []
-        job.say("regular run…")
-        regular = run(dataclasses.replace(cfg, mode="regular"), target, None, telemetry=False)
-        return appstate.divergence_rows(spec, regular, target)
-    return fn
-
-
 job = st.session_state.get(JOB_KEY)
 if st.button("Check exactness", key="corr_run", type="primary", disabled=job is not None and job.running):
     v = appstate.sidebar_values(st.session_state)
@@ -61,7 +43,8 @@ if st.button("Check exactness", key="corr_run", type="primary", disabled=job is 
         st.error(str(e))
     else:
         st.session_state["corr_rows"] = None
-        job = jobs.Job(exactness_job(cfg), appstate.model_lock(), what="an exactness check").start()
+        # both modes on the fp32 target, in the device process (specviz.app.devicejobs.exactness)
+        job = appstate.start_job("exactness", appstate.model_lock(), "an exactness check", cfg=cfg)
         st.session_state[JOB_KEY] = job
         st.rerun()  # draw the button again, disabled while the job runs
 
@@ -98,7 +81,7 @@ def last_run_exactness() -> str:
     trace, reg = appstate.current_trace(), st.session_state.get("regular_trace")
     if not trace or not reg or trace.get("config", {}).get("temperature", 0) != 0:
         return ""
-    ex = exactness(appstate.divergence_rows(trace, reg, None))
+    ex = exactness(appstate.divergence_rows(trace, reg))
     dtype = md_escape(trace["config"].get("dtype", ""))  # a trace's text (it may come from an upload)
     return (f"The last Live run ({dtype}, greedy, raced): output identical to regular decoding in "
             f"{ex['identical']}/{ex['rows']} rows")
@@ -121,7 +104,12 @@ n = d1.select_slider("rows", [2000, 5000, 20000, 50000], 20000, key="dist_n")
 temp = d2.slider("temperature", 0.1, 2.0, 1.0, 0.1, key="dist_temp")
 seed = d3.number_input("seed", 0, 10_000, 0, key="dist_seed")
 if st.button("Run distribution check", key="dist_run"):
-    st.session_state["dist"] = appstate.acceptance_distribution_check(n=int(n), temperature=float(temp), seed=int(seed))
+    try:
+        with st.spinner("sampling the acceptance rule in the device process…"):
+            st.session_state["dist"] = appstate.ask("distribution", appstate.model_lock(), "a distribution check",
+                                                    n=int(n), temperature=float(temp), seed=int(seed))
+    except SpecvizError as e:
+        st.error(f"distribution check failed: {e}")
 res = st.session_state.get("dist")
 if res:
     m1, m2, m3 = st.columns(3)

@@ -1,36 +1,35 @@
 """Hardware: device facts, utilization of the last run, measured peaks and calibration, kernels."""
 
-import importlib.util
-
 import streamlit as st
-import torch
 
 from specviz import telemetry
 from specviz.analysis.hardware import verify_use
-from specviz.app import charts, devicequeue, jobs, state as appstate
+from specviz.app import charts, devicequeue, state as appstate
 from specviz.app.safetext import md_escape
 from specviz.analysis.costs import trace_calibration
 from specviz.common import SpecvizError
-from specviz.measure.calibrate import calibration_load_warning
-from specviz.models.loading import resolve_device, resolve_dtype
-from specviz.run import hardware_info
+from specviz.measure.hostload import load_warning
 
 appstate.init_state()
 st.title("Hardware")
 appstate.run_banner()
 
 v = appstate.sidebar_values(st.session_state)
-try:
-    device = resolve_device(v["device"])
-    dtype = resolve_dtype(v["dtype"], device)
+try:  # the device process's facts: this server holds no torch
+    dev_facts = appstate.device_facts(v["device"], v["dtype"])
+except appstate.DeviceBusy as e:
+    st.info(f"{e}: this page shows the device once it ends (reload then).")
+    st.stop()
 except SpecvizError as e:
-    st.error(str(e))
-    device, dtype = torch.device("cpu"), torch.float32
+    st.error(f"the device process did not answer: {e}")
+    st.stop()
+if dev_facts["problem"]:
+    st.error(dev_facts["problem"])
+device = dev_facts["device"]
 
 # ---- device facts ----------------------------------------------------------------------------
 st.subheader("Device")
-info = hardware_info(device, dtype)
-st.table({k: [md_escape(val)] for k, val in info.items()})  # st.table reads Markdown: device names show as they are
+st.table({k: [md_escape(val)] for k, val in dev_facts["info"].items()})  # st.table reads Markdown: device names show as they are
 
 # ---- utilization of the current trace ---------------------------------------------------------
 st.subheader("Utilization of the last run")
@@ -47,26 +46,19 @@ else:
 
 # ---- peaks, MBU / MFU ----------------------------------------------------------------------------
 st.subheader("Peaks and utilization ratios")
-PEAKS_JOB = "hw_peaks_job"
+PEAKS_KEY = "hw_peaks_job"
 
 
-def peaks_job(dev: torch.device):
-    """The peak copy and matmul, in a job's thread under the model lock (never in the script thread)."""
-    def fn(job: jobs.Job) -> dict:
-        job.say("measuring a large copy and a matmul…")
-        return telemetry.measure_peaks(dev)
-    return fn
-
-
-job = st.session_state.get(PEAKS_JOB)
+job = st.session_state.get(PEAKS_KEY)
 if st.button("Measure peaks (about 1 s)", key="measure_peaks", disabled=job is not None and job.running):
-    job = jobs.Job(peaks_job(device), appstate.model_lock(), what="a peak measurement").start()
-    st.session_state[PEAKS_JOB] = job
+    # the peak copy and matmul, a job of the device process (never in the script thread)
+    job = appstate.start_job(appstate.PEAKS_JOB, appstate.model_lock(), "a peak measurement", device=device)
+    st.session_state[PEAKS_KEY] = job
     st.rerun()  # draw the button again, disabled while the job runs
 
 
 def peaks_view() -> None:
-    job = st.session_state.get(PEAKS_JOB)
+    job = st.session_state.get(PEAKS_KEY)
     if job is not None:
         job.beat()
         if job.running:
@@ -74,10 +66,13 @@ def peaks_view() -> None:
             return
         if job.status == "error":
             st.error(f"peaks not measured: {job.error}")
+        if job.status == "done" and not getattr(job, "_facts_cleared", False):
+            job._facts_cleared = True
+            appstate.device_facts.clear()  # the device's facts now carry the peaks (for every session)
         if st.session_state.get("_hw_fragment"):  # the job ended while a fragment polled: redraw the page once
             st.session_state["_hw_fragment"] = False
             st.rerun(scope="app")
-    peaks = telemetry.cached_peaks(device) or (job.result if job is not None and job.status == "done" else None)
+    peaks = (job.result if job is not None and job.status == "done" else None) or dev_facts["peaks"]
     if peaks is None:
         st.info("not calibrated yet: peak bandwidth and FLOP/s have not been measured on this device")
         return
@@ -85,7 +80,7 @@ def peaks_view() -> None:
     c1.metric("peak bandwidth", f"{peaks['peak_bytes_per_s'] / 1e9:.1f} GB/s")
     c2.metric("peak matmul", f"{peaks['peak_flops'] / 1e12:.2f} TFLOP/s")
     target = appstate.loaded_target()
-    use = verify_use((trace or {}).get("steps", []), target.weight_bytes, target.num_params, peaks) if target else None
+    use = verify_use((trace or {}).get("steps", []), target["weight_bytes"], target["num_params"], peaks) if target else None
     if use is not None:
         c1.metric("MBU of the verify forward", f"{100 * use['mbu']:.1f}%",
                   help="(weights + KV bytes read once per forward) / forward time / peak bandwidth")
@@ -113,17 +108,17 @@ else:
         ("draft forward, 1 token per row (ms)", f"{costs.draft(b_run, 1) * 1e3:.2f}"),
         ("engine overhead per speculative step (ms)", f"{costs.overhead * 1e3:.2f}"))], hide_index=True)
     cal = trace_calibration(trace)
-    if cal is not None and (busy := calibration_load_warning(cal)):
+    if cal is not None and (busy := load_warning(cal.other_load, cal.cpus or 1, "the calibration")):
         st.warning(f"This calibration ({md_escape(cal.created or 'undated')}): {busy} "
                    "(`python -m specviz calibrate`, or the Sweep's next run after deleting it).")
 
 # ---- kernels -------------------------------------------------------------------------------------
 st.subheader("Kernels")
-cuda = torch.cuda.is_available()
+cuda = dev_facts["cuda"]
 st.markdown("The fused Triton verification kernel (`kernels/spec_verify.py`) runs on **CUDA only**; on the CPU "
             "the engine uses the torch reference `specviz.engine.sampling.accept_reference` (the kernel's spec).")
 c1, c2 = st.columns(2)
 c1.metric("CUDA available", "yes" if cuda else "no")
-c2.metric("triton installed", "yes" if importlib.util.find_spec("triton") else "no")
+c2.metric("triton installed", "yes" if dev_facts["triton"] else "no")
 if not cuda:
     st.caption("No CUDA device here: the Triton kernel is not used (tests run it under TRITON_INTERPRET=1).")

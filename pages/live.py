@@ -1,6 +1,6 @@
 """Live: run batched speculative decoding on the sidebar's pair and watch it, step by step.
 
-Decoding runs in the app's worker process (specviz.app.liverun, specviz.app.worker); this page
+Decoding runs in the device process (specviz.app.deviceclient, specviz.app.worker); this page
 draws its snapshots, at a rate that leaves the cores to the decoder (TEXT_S, CHART_S below).
 """
 
@@ -184,15 +184,15 @@ def exactness_line(trace: dict, regular: dict | None) -> None:
     cache = st.session_state.setdefault("_exactness", {})
     key = (id(trace), id(regular))
     if key not in cache:
-        rows = appstate.divergence_rows(trace, regular, None)
+        rows = appstate.divergence_rows(trace, regular)
         if any(not r["match"] for r in rows):  # the margins need one target forward per diverged row
-            target = appstate.loaded_target()
-            lock = appstate.model_lock()
-            if target is not None and lock.acquire(timeout=5):
-                try:
-                    rows = appstate.divergence_rows(trace, regular, target)
-                finally:
-                    lock.release()
+            v = appstate.sidebar_values(st.session_state)
+            try:  # in the device process, where the run's target is loaded; without margins if it is busy
+                rows = appstate.ask("divergence", appstate.model_lock(), "the divergence margins", 30.0,
+                                    spec=trace, regular=regular, target=v["target"], device=v["device"],
+                                    dtype=v["dtype"])
+            except SpecvizError:
+                pass
         cache.clear()
         cache[key] = explain.exactness(rows)
     ex = cache[key]
@@ -391,8 +391,8 @@ if upload is not None and st.session_state.get("_upload_id") != upload.file_id:
     st.session_state["_upload_error"] = None
     target = appstate.loaded_target()  # its tokenizer decodes the trace's ids: they must be in its vocabulary
     try:  # size, UTF-8, JSON, version and the shape of every field the pages read (specviz.app.upload)
-        loaded = read_trace_upload(upload.name, upload.getvalue(), vocab_size=len(target.tokenizer) if target else None,
-                                   target_name=target.name if target else None)
+        loaded = read_trace_upload(upload.name, upload.getvalue(), vocab_size=target["vocab_size"] if target else None,
+                                   target_name=target["name"] if target else None)
         charts.token_kinds(loaded)  # reject a file whose steps are not trace records
     except (ValueError, KeyError, TypeError) as e:
         msg = str(e) if isinstance(e, ValueError) else f"{upload.name}: not a specviz trace ({e})"

@@ -2,16 +2,16 @@
 
 The page only starts and draws: ``python -m specviz sweep``'s own function
 (specviz.measure.sweep.sweep_config: the cached calibration or a new one, then every cell
-interleaved regular / speculative) runs in a background job (specviz.app.jobs) that holds the
-model lock, so the numbers are the CLI's and the UI is never blocked.
+interleaved regular / speculative) runs as a job of the device process (specviz.app.devicejobs),
+so the numbers are the CLI's and the UI is never blocked.
 """
 
 import pandas as pd
 import streamlit as st
 
-from specviz.app import devicequeue, jobs, modelcharts, state as appstate, tokentext
+from specviz.analysis.explain import drift_warning
+from specviz.app import devicequeue, modelcharts, state as appstate, tokentext
 from specviz.common import SpecvizError
-from specviz.measure.sweep import drift_warning, sweep_config
 from specviz.prompts import sets as promptsets
 from specviz.runconfig import RunConfig
 
@@ -42,14 +42,6 @@ go = b1.button("Run sweep", key="sweep_run", type="primary", disabled=running)
 stop = b2.button("Stop", key="sweep_stop", disabled=not running)
 
 
-def sweep_job(cfg: RunConfig, sizes: list[int], lengths: list[int], reps: int):
-    def fn(job: jobs.Job) -> dict:
-        rows, summary, _, config = sweep_config(cfg, sizes, lengths, reps, on_cell=job.report,
-                                                should_stop=lambda: job.stopped, note=job.say)
-        return {"rows": rows, "summary": summary, "config": config}
-    return fn
-
-
 if go:
     v = appstate.sidebar_values(st.session_state)
     draft = appstate.draft_spec(st.session_state)
@@ -65,8 +57,8 @@ if go:
         st.error(str(e))
     else:
         st.session_state["sweep_results"] = []
-        job = jobs.Job(sweep_job(cfg, sorted(batches), sorted(set(ks)), int(repeats)), appstate.model_lock(),
-                       what="a Sweep").start()
+        job = appstate.start_job("sweep", appstate.model_lock(), "a Sweep", cfg=cfg, sizes=sorted(batches),
+                                 lengths=sorted(set(ks)), repeats=int(repeats))
         st.session_state[JOB_KEY] = job
         st.session_state["sweep_grid"] = len(batches) * len(set(ks))
         st.rerun()  # draw the buttons again: Run sweep off and Stop on while the job runs

@@ -233,7 +233,8 @@ def cmd_calibrate(a) -> int:
 def cmd_sweep(a) -> int:
     from specviz.interrupts import Interrupted, Stop
     from specviz.measure import resume
-    from specviz.measure.sweep import drift_warning, sweep_config, write_sweep
+    from specviz.analysis.explain import drift_warning
+    from specviz.measure.sweep import sweep_config, write_sweep
 
     cfg = _config(a)
     cfg.validate()

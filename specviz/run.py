@@ -113,7 +113,7 @@ def load_pair(cfg: RunConfig):
 
 
 def hardware_info(device: torch.device, dtype: torch.dtype) -> dict:
-    info = {"device": str(device), "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
+    info = {"device": str(device), "dtype": str(dtype).removeprefix("torch."), "torch": str(torch.__version__),
             "cpu_count": os.cpu_count(), "platform": platform.platform()}
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)

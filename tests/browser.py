@@ -68,7 +68,8 @@ def streamlit_server(log=None, env: dict | None = None, root: Path = ROOT):
     free loopback port; yields its URL. Its output goes to ``log`` (a binary file; a temporary one
     by default, whose tail is printed at exit)."""
     port = free_port()
-    env = {**os.environ, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", **(env or {})}
+    base = {k: v for k, v in os.environ.items() if k != "SPECVIZ_WORKER_JOBS"}  # the tests' stand-ins: not here
+    env = {**base, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", **(env or {})}
     own_log = log is None
     log = tempfile.TemporaryFile() if own_log else log
     proc = subprocess.Popen(

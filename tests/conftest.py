@@ -8,6 +8,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(__file__))  # tests import their fakes as a plain module
+os.environ.setdefault("SPECVIZ_WORKER_JOBS", "workerfakes")  # the decode worker registers the stand-in jobs
 
 
 import pytest  # noqa: E402

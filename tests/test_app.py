@@ -14,12 +14,11 @@ import time
 
 import pytest
 import torch
-import workerfakes
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from specviz.app import state as appstate, liverun  # noqa: E402
+from specviz.app import deviceclient, state as appstate  # noqa: E402
 from specviz.app.safetext import md_escape  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,7 +166,7 @@ def test_incompatible_tokenizers_show_error(foreign_model_dir):
 
 
 def test_out_of_memory_frees_memory_and_suggests_smaller_batch(monkeypatch):
-    monkeypatch.setattr(liverun, "load_pair", workerfakes.oom_pair)  # the worker process imports it
+    monkeypatch.setattr(deviceclient, "RUN_JOB", "oom-run")  # a stand-in job in the worker process
     at = new_app()
     run = finish(at, start_live_run(at))
     assert run.status == "error"
@@ -177,7 +176,7 @@ def test_out_of_memory_frees_memory_and_suggests_smaller_batch(monkeypatch):
 
 def test_slider_moved_mid_run_then_stop_keeps_partial_output(monkeypatch):
     # no EOS and a small pause per step: still running when we look (the worker process imports it)
-    monkeypatch.setattr(liverun, "iter_run", workerfakes.endless_iter_run)
+    monkeypatch.setattr(deviceclient, "RUN_JOB", "endless-run")
     at = new_app()
     run = start_live_run(at, batch=1, max_new=400, prompts="Count from one to one thousand in words.")
     assert run is not None
@@ -203,7 +202,7 @@ def test_while_a_run_goes_the_page_redraws_without_fades_and_its_charts_on_their
     browser compositing frames), the charts say how often they redraw, and all is back after it.
     The page that starts the run already shows Run disabled and Stop enabled (no rerun comes
     before the run ends)."""
-    monkeypatch.setattr(liverun, "iter_run", workerfakes.endless_iter_run)
+    monkeypatch.setattr(deviceclient, "RUN_JOB", "endless-run")
     at = new_app()
     run = start_live_run(at, batch=1, max_new=400, prompts="Count from one to one thousand in words.")
     assert at.button(key="run").disabled and not at.button(key="stop").disabled
@@ -253,17 +252,18 @@ def test_uploaded_trace_is_shown_and_a_bad_file_keeps_the_current_one(tmp_path):
 
 
 def test_a_job_names_itself_as_the_models_holder_while_it_runs():
-    from specviz.app import devicequeue, jobs
+    from specviz.app import devicequeue
 
-    lock, go = threading.Lock(), threading.Event()
-    job = jobs.Job(lambda j: go.wait(10), lock, what="a Sweep").start()
-    deadline = time.monotonic() + 10
-    while job.status != "running" and time.monotonic() < deadline:
+    lock = threading.Lock()
+    job = deviceclient.start_job("until-stopped", lock, "a Sweep")  # a stand-in job in the worker process
+    deadline = time.monotonic() + 60
+    while not job.items and time.monotonic() < deadline:
+        job.beat()
         time.sleep(0.01)
-    assert devicequeue.holder(lock) == "a Sweep"
-    go.set()
-    job.join(10)
-    assert job.status == "done" and devicequeue.holder(lock) == "another run"  # released: nobody named
+    assert job.status == "running" and devicequeue.holder(lock) == "a Sweep"
+    job.stop()
+    job.join(30)
+    assert job.status == "stopped" and devicequeue.holder(lock) == "another run"  # released: nobody named
 
 
 def test_model_lock_is_one_lock_for_every_session():
@@ -374,7 +374,7 @@ def test_cuda_graphs_box_is_off_without_cuda_and_a_graphs_run_is_recorded_and_ex
     its greedy rows equal its regular race partner's."""
     at = new_app()
     box = at.checkbox(key="cuda_graphs")
-    assert box.disabled == (not torch.cuda.is_available()) and box.value is False
+    assert box.disabled == (not torch.cuda.is_available()) and box.value is False  # the device process says so
     at.session_state["cuda_graphs"] = True
     run = finish(at, start_live_run(at, batch=2, max_new=6))
     assert run.status == "done", run.error

@@ -6,7 +6,7 @@ import threading
 import time
 
 from specviz.app import devicequeue
-from specviz.app.jobs import Job
+from specviz.app.deviceclient import DeviceJob
 
 
 def wait_until(cond, timeout=10.0):
@@ -19,14 +19,14 @@ def wait_until(cond, timeout=10.0):
 class Waiter:
     """A stand-in for a Live run: takes its turn in a thread, records when it got the device."""
 
-    def __init__(self, lock, order, name):
-        self.lock, self.order, self.name, self.stop = lock, order, name, False
+    def __init__(self, lock, order, name, peek=None):
+        self.lock, self.order, self.name, self.stop, self.peek = lock, order, name, False, peek
         self.thread = threading.Thread(target=self._go, daemon=True)
         self.thread.start()
 
     def _go(self):
         if devicequeue.take(self.lock, self, "a Live run", lambda: self.stop):
-            self.order.append(self.name)
+            self.order.append(self.name if self.peek is None else (self.name, self.peek()))
             devicequeue.release(self.lock)
 
 
@@ -34,16 +34,17 @@ def test_a_job_queued_after_a_live_run_waits_behind_it_and_says_its_place():
     lock, order = threading.Lock(), []
     lock.acquire()  # something holds the device
     devicequeue.hold(lock, "a Sweep")
-    run = Waiter(lock, order, "run")
+    job = None
+    run = Waiter(lock, order, "run", peek=lambda: job.status)  # what the job is doing when the run gets the device
     wait_until(lambda: devicequeue.position(lock, run) == 1)
-    job = Job(lambda j: order.append("job"), lock, what="an exactness check").start()
+    job = DeviceJob(name="count", lock=lock, what="an exactness check").start()
     wait_until(lambda: job.queue_position == 2)
     assert devicequeue.queued_note(lock, job, "the check") == (
         "queued: a Sweep holds the model (in this tab or another); the check starts when it ends; place in line: 2")
     devicequeue.release(lock)
-    job.join(10)
     run.thread.join(10)
-    assert order == ["run", "job"]  # the job never jumped ahead of the run queued before it
+    job.join(60)
+    assert order == [("run", "queued")] and job.items == [0, 1, 2]  # the job never jumped ahead of the run
     assert job.status == "done" and job.queue_position is None and not lock.locked()
 
 

@@ -97,7 +97,7 @@ def server_page(state: dict):
 
 @pytest.fixture
 def no_model(monkeypatch):
-    monkeypatch.setattr(appstate, "cached_model", lambda *a: pytest.fail(f"model loaded: {a}"))
+    monkeypatch.setattr(appstate, "model_facts", lambda *a: pytest.fail(f"model loaded: {a}"))
     monkeypatch.setattr(appstate, "pair_problem", lambda *a: pytest.fail(f"model loaded: {a}"))
 
 

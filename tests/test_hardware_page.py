@@ -1,4 +1,4 @@
-"""The Hardware page measures peaks in a job (the script thread never blocks on it) and then
+"""The Hardware page measures peaks in a job of the device process (the script thread never blocks on it) and then
 shows them with MBU/MFU; a failing measurement is one message and the page keeps working."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from specviz import telemetry  # noqa: E402
+from specviz.app import state  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("navigation_owns_the_pages")  # tests/conftest.py says why
 
@@ -19,8 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APP = os.path.join(ROOT, "app.py")
 
 
-def hardware_page(tmp_path, monkeypatch) -> AppTest:
-    monkeypatch.setattr(telemetry, "_peaks_path", lambda: tmp_path / "peaks.json")  # not the user's cache
+def hardware_page(monkeypatch, job: str) -> AppTest:
+    monkeypatch.setattr(state, "PEAKS_JOB", job)  # a stand-in registered in the device process (tests/workerfakes.py)
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     at.switch_page("pages/hardware.py").run()
@@ -36,9 +36,8 @@ def wait_for_job(at, timeout=60.0):
     return job
 
 
-def test_measuring_peaks_runs_in_a_job_and_the_page_then_shows_them(tmp_path, monkeypatch):
-    at = hardware_page(tmp_path, monkeypatch)
-    assert any("not calibrated yet: peak bandwidth" in i.value for i in at.info)
+def test_measuring_peaks_runs_in_a_job_and_the_page_then_shows_them(monkeypatch):
+    at = hardware_page(monkeypatch, "peaks-to-tmp")  # the real measurement, cached away from the user's cache
     at.button(key="measure_peaks").click().run()
     assert not at.exception, [e.value for e in at.exception]
     job = wait_for_job(at)
@@ -47,16 +46,11 @@ def test_measuring_peaks_runs_in_a_job_and_the_page_then_shows_them(tmp_path, mo
     labels = {m.label: m.value for m in at.metric}
     assert labels["peak bandwidth"].endswith("GB/s") and float(labels["peak bandwidth"].split()[0]) > 0
     assert labels["peak matmul"].endswith("TFLOP/s")
-    assert (tmp_path / "peaks.json").exists()  # measured once, cached for the next visit
+    assert os.path.exists(job.result["cache_file"])  # measured once, cached for the next visit
 
 
-def test_a_failing_peak_measurement_is_one_message_and_the_page_keeps_working(tmp_path, monkeypatch):
-    at = hardware_page(tmp_path, monkeypatch)
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("copy failed")
-
-    monkeypatch.setattr(telemetry, "measure_peaks", broken)
+def test_a_failing_peak_measurement_is_one_message_and_the_page_keeps_working(monkeypatch):
+    at = hardware_page(monkeypatch, "broken-peaks")
     at.button(key="measure_peaks").click().run()
     wait_for_job(at)
     at.run()

@@ -52,7 +52,8 @@ def modules():
 def imports_of(path: Path) -> list[tuple[str, int]]:
     """Every specviz/kernels module this file imports, at any depth (lazy imports count too)."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -60,6 +61,10 @@ def imports_of(path: Path) -> list[tuple[str, int]]:
             base = node.module or ""
             out.append((base, node.lineno))
             out += [(f"{base}.{a.name}", node.lineno) for a in node.names]  # `from specviz.app import charts`
+    # a lazy import by name (importlib.import_module("specviz.engine.kernels.spec_verify")) is an import too
+    out += [(node.args[0].value, node.lineno) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
     return [(m, n) for m, n in out if m.split(".")[0] in ("specviz", "kernels")]
 
 

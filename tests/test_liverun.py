@@ -1,11 +1,11 @@
-"""The app's run (specviz.app.liverun) and its decode worker process (specviz.app.worker), without
+"""The app's run (specviz.app.deviceclient.LiveRun) and its decode worker process (specviz.app.worker), without
 Streamlit, on a tiny model: a run whose page stops polling stops itself and hands the model lock
 on; a polled run goes to the end; sessions queue first come, first served and each sees only its
 own run; Stop, errors and a dead worker end a run with its output kept and the next run works.
 
 The worker is a real child process; the tiny model and its slow step loop reach it as importable
-stand-ins (tests/workerfakes.py). The page's polls are the test's beat() calls; timeouts are a
-fraction of a second."""
+stand-in jobs (tests/workerfakes.py, registered in the worker by name). The page's polls are the
+test's beat() calls; timeouts are a fraction of a second."""
 
 from __future__ import annotations
 
@@ -16,18 +16,16 @@ import threading
 import time
 
 import pytest
-import workerfakes
 
-from specviz.app import liverun, worker
-from specviz.app.liverun import LiveRun
+from specviz.app import deviceclient, worker
+from specviz.app.deviceclient import LiveRun
 from specviz.runconfig import RunConfig
 
 
 @pytest.fixture(autouse=True)
 def tiny_pair(monkeypatch):
     """The worker loads the tiny target with an n-gram draft and decodes slowly, without telemetry."""
-    monkeypatch.setattr(liverun, "load_pair", workerfakes.tiny_pair)
-    monkeypatch.setattr(liverun, "iter_run", workerfakes.slow_iter_run)
+    monkeypatch.setattr(deviceclient, "RUN_JOB", "tiny-run")
 
 
 def config(max_new: int, prompts=("abc abc abc",), batch_size: int = 2) -> RunConfig:
@@ -194,13 +192,13 @@ def test_abandoned_queued_run_never_takes_the_lock(runs):
 
 
 def test_a_failing_load_is_one_line_and_the_worker_keeps_serving(runs, monkeypatch):
-    monkeypatch.setattr(liverun, "load_pair", workerfakes.oom_pair)
+    monkeypatch.setattr(deviceclient, "RUN_JOB", "oom-run")
     lock = threading.Lock()
     run = runs(4, lock)
     poll_until_done(run)
     assert run.status == "error" and "out of memory at batch size 2" in run.error and "smaller batch" in run.error
     assert "\n" not in run.error and not lock.locked()
-    monkeypatch.setattr(liverun, "load_pair", workerfakes.tiny_pair)
+    monkeypatch.setattr(deviceclient, "RUN_JOB", "tiny-run")
     again = runs(4, lock)
     poll_until_done(again)
     assert again.status == "done", again.error
@@ -223,17 +221,15 @@ def test_a_killed_worker_ends_the_run_with_a_message_and_the_next_run_starts_a_n
 
 
 def test_runs_started_for_a_page_use_the_module_timeout_and_others_never_time_out():
-    run = liverun.start_run(config(4), threading.Lock())
+    run = deviceclient.start_run(config(4), threading.Lock())
     poll_until_done(run)
-    assert run.heartbeat_timeout == liverun.HEARTBEAT_TIMEOUT_S and run.status == "done"
+    assert run.heartbeat_timeout == deviceclient.HEARTBEAT_TIMEOUT_S and run.status == "done"
     assert LiveRun(cfg=config(4), lock=threading.Lock()).heartbeat_timeout is None
 
 
 
 def test_a_bad_model_spec_is_the_loaders_one_line_from_the_worker(runs, monkeypatch):
-    from specviz.run import load_pair
-
-    monkeypatch.setattr(liverun, "load_pair", load_pair)  # the real loader, in the worker process
+    monkeypatch.setattr(deviceclient, "RUN_JOB", "run")  # the real job and loader, in the worker process
     run = LiveRun(cfg=dataclasses.replace(config(4), target="./no/such/model"), lock=threading.Lock()).start()
     poll_until_done(run)
     assert run.status == "error" and run.error.startswith("unknown model './no/such/model'"), run.error
@@ -242,9 +238,9 @@ def test_a_bad_model_spec_is_the_loaders_one_line_from_the_worker(runs, monkeypa
 
 def test_a_run_sent_while_an_orphaned_job_decodes_stops_that_job_and_runs(runs):
     w = worker.shared()
-    orphan = worker.Job(10**9, config(2000), False, workerfakes.tiny_pair, workerfakes.slow_iter_run)
+    orphan = worker.Job(10**9, "tiny-run", {"cfg": config(2000), "race": False})
     with w.use:
-        w.send("run", orphan)  # a parent that gave up on its job: nobody reads its messages
+        w.send("job", orphan)  # a parent that gave up on its job: nobody reads its messages
     time.sleep(0.5)
     run = runs(6, threading.Lock())
     poll_until_done(run, timeout=60)

@@ -25,7 +25,7 @@ ALWAYS_CHARTS = {"server_throughput", "server_requests"}
 def no_model(monkeypatch):
     """Fails the test if anything asks the sidebar for a model."""
     calls = []
-    monkeypatch.setattr(appstate, "cached_model", lambda *a: calls.append(a) or pytest.fail(f"model loaded: {a}"))
+    monkeypatch.setattr(appstate, "model_facts", lambda *a: calls.append(a) or pytest.fail(f"model loaded: {a}"))
     return calls
 
 

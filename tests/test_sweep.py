@@ -92,7 +92,7 @@ def test_live_headline_prediction_is_the_ragged_one_with_costs():
 
 
 def test_a_cell_faster_than_its_tokens_per_step_allow_is_flagged_as_machine_drift():
-    from specviz.measure.sweep import drift_warning
+    from specviz.analysis.explain import drift_warning
 
     # the audit's cell: alpha 0.384 at k = 4 gives ~1.6 tokens per row-step, so 2.76x was the machine
     assert "machine's speed changed" in drift_warning({"draft_length": 4, "mean_acceptance_length": 1.6,

@@ -166,3 +166,20 @@ def batch_gain_reason(target_cost, k: int, b_small: int = 1, b_large: int = 64, 
             f"At b = {b_large} the batch alone already fills {b_large} tokens per forward, so the same verify costs "
             f"{ratio[b_large]:.2f}× one step and pays back most of what acceptance saves: the bigger the batch, "
             f"the smaller the gain and the smaller the best k.")
+
+
+DRIFT_FACTOR = 1.25  # a measured speedup this far past the tokens per step it had is the machine, not speculation
+
+
+def drift_warning(cell: dict) -> str | None:
+    """Why a cell's measured speedup cannot be speculation's, or None. A speculative step gives a row
+    its mean acceptance length L of tokens and costs at least a regular step (its verify is a target
+    forward over k + 1 slots), so a speedup well past L (or past k + 1, at all) means the machine's
+    speed changed between the interleaved passes: another process, or throttling."""
+    L, s, k = cell.get("mean_acceptance_length"), cell.get("measured_speedup"), cell.get("draft_length", 0)
+    if s is None or L is None:
+        return None
+    if s > k + 1 or s > DRIFT_FACTOR * max(L, 1.0):
+        return (f"measured {s:.2f}x is more than its {L:.2f} tokens per row-step allow: the machine's speed changed "
+                "during this cell (another busy process?); measure it again with more repeats on an idle machine")
+    return None

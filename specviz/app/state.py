@@ -1,10 +1,11 @@
 """The app's shared state: the session keys the pages agree on, the sidebar's values, and the
-resources every session shares (the model lock, cached models). Only this module touches
-Streamlit; the run worker (specviz.app.liverun) and the trace helpers never do.
+resources every session shares (the device lock, what the device process said about models).
+Only this module touches Streamlit; the device client (specviz.app.deviceclient) and the trace
+helpers never do. Nothing here imports torch: every model lives in the device process.
 
 The pages call everything through ``appstate``: the names re-exported below live in
-specviz.app.liverun (the run worker), specviz.analysis.tracestats (numbers derived from a trace) and
-specviz.measure.correctness (the Correctness page's checks).
+specviz.app.deviceclient (jobs of the device process) and specviz.analysis.tracestats (numbers
+derived from a trace).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import threading
 
 import streamlit as st
 
-from specviz.measure.correctness import acceptance_distribution_check, divergence_rows  # noqa: F401
-from specviz.app.liverun import (HEARTBEAT_TIMEOUT_S, RUNNING, LiveRun, error_message, start_run, warm_up,  # noqa: F401
-                                  yield_cores)
+from specviz.analysis.divergence import divergence_rows  # noqa: F401
+from specviz.app.deviceclient import (HEARTBEAT_TIMEOUT_S, PEAKS_JOB, RUNNING, DeviceBusy, LiveRun, ask, page_tokenizer,  # noqa: F401
+                                      start_job, start_run, warm_up)
+from specviz.app.worker import yield_cores  # noqa: F401
 from specviz.app import exposure
 from specviz.common import SpecvizError
 from specviz.analysis.costs import trace_calibration
@@ -50,10 +52,12 @@ def queue_settings(state) -> dict:
     return {"requests": n or None, "arrival_rate": float(state.get("arrival_rate", 0.0) or 0.0)}
 
 
-def has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+def has_cuda() -> bool | None:
+    """Whether the device process sees a CUDA device; None while another job holds the device."""
+    try:
+        return bool(device_facts("auto", "auto").get("cuda"))
+    except DeviceBusy:
+        return None
 
 
 def sidebar_values(state) -> dict:
@@ -68,28 +72,38 @@ def sidebar_values(state) -> dict:
 
 @st.cache_resource(show_spinner=False)
 def model_lock() -> threading.Lock:
-    """One lock per server process: held for a whole run so sessions queue on the model."""
+    """One lock per server process: held for a whole device job so sessions queue on the device."""
     return threading.Lock()
 
 
-def cached_model(spec: str, device: str, dtype: str):
-    """specviz.run.get_model: kept across sessions in the process's one bounded model cache
-    (specviz.models.modelcache; a SpecvizError is not kept)."""
-    from specviz.run import get_model
-
-    return get_model(spec, device, dtype)
+FACTS_TIMEOUT_S = 600.0  # a hub model's first download and conversion can take minutes
+BUSY_WAIT_S = 3.0  # how long a page waits in line for facts before it draws without them (DeviceBusy)
 
 
-@st.cache_data(show_spinner=False)
+@st.cache_data(show_spinner=False, max_entries=32)
+def model_facts(spec: str, device: str, dtype: str) -> dict:
+    """What the device process says of a model (name, size, dtype, device, vocabulary, tokenizer
+    JSON), loading it there into its bounded model cache; SpecvizError with its one line (not kept)."""
+    return ask("facts", model_lock(), "loading a model", FACTS_TIMEOUT_S, BUSY_WAIT_S, target=spec, device=device,
+               dtype=dtype)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def device_facts(device: str, dtype: str) -> dict:
+    """What the device process says of the device (specviz.app.devicejobs.device_facts)."""
+    return ask("device", model_lock(), "reading the device", FACTS_TIMEOUT_S, BUSY_WAIT_S, device=device, dtype=dtype)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
 def pair_problem(target: str, draft: str, device: str, dtype: str) -> str | None:
     """Why this target/draft pair cannot run (e.g. incompatible tokenizers), or None."""
-    from specviz.run import make_proposer
+    return ask("pair_problem", model_lock(), "checking a model pair", FACTS_TIMEOUT_S, BUSY_WAIT_S, target=target,
+               draft=draft, device=device, dtype=dtype)
 
-    try:
-        make_proposer(draft, cached_model(target, device, dtype))
-    except SpecvizError as e:
-        return str(e)
-    return None
+
+def facts_tokenizer(facts: dict):
+    """The tokenizer the pages decode a model's ids with (tokenizers.Tokenizer), or None."""
+    return page_tokenizer(facts["name"], facts.get("tokenizer_json"))
 
 
 def trace_costs(trace: dict | None):
@@ -124,7 +138,7 @@ def init_state() -> None:
 
 def current_run() -> LiveRun | None:
     """This session's run. Looking at it is the page's heartbeat: every script run and live redraw
-    of the session passes here, and a run that no page looks at stops itself (liverun)."""
+    of the session passes here, and a run that no page looks at stops itself (specviz.app.deviceclient)."""
     run = st.session_state.get(RUN_KEY)
     if run is not None:
         run.beat()
@@ -142,11 +156,11 @@ def current_trace() -> dict | None:
     return st.session_state.get(TRACE_KEY)
 
 
-def loaded_target():
-    """The sidebar's target if it is loaded and loads without error, else None."""
+def loaded_target() -> dict | None:
+    """The facts of the sidebar's target if it loads without error, else None."""
     try:
         v = sidebar_values(st.session_state)  # refuses a target this bind does not serve
-        return cached_model(v["target"], v["device"], v["dtype"])
+        return model_facts(v["target"], v["device"], v["dtype"])
     except Exception:
         return None
 
@@ -160,8 +174,8 @@ def trace_decoder(trace: dict | None):
     target = loaded_target()
     if target is not None and trace is not None:
         name = trace.get("config", {}).get("target_name")
-        if name in (None, target.name):
-            return decoder_for(target.tokenizer)
+        if name in (None, target["name"]):
+            return decoder_for(facts_tokenizer(target))
     return None
 
 

@@ -8,18 +8,17 @@ multiprocessing's "spawn", which re-runs the parent's __main__ — under Streaml
 loads the model pair once and reuses it across runs, and streams each run back over a
 multiprocessing.connection (a Unix socket with an auth key) as it goes:
 
-    parent -> child   ("run", Job) | ("stop", run_id) | ("quit",)
-    child -> parent   (run_id, kind, payload...) with kind one of
-                      status  "loading" | "running" | "racing"
-                      tokenizer  key, pickled tokenizer or None (None: the parent has it already)
-                      start   the rows (index, prompt, prompt ids) and the prefill time
-                      step    the step's record (specviz.records.Step: its rows' emitted tokens
-                              are the new output), finish reasons so far, seconds since the first
-                              step, new telemetry samples
-                      trace | regular_trace   the finished trace
-                      end     "done" | "stopped" | "error", error line, notes
+    parent -> child   ("job", Job) | ("stop", job id) | ("quit",)
+    child -> parent   (job id, kind, payload...): what the job sends as it goes (a run: status,
+                      tokenizer, start, step, trace, regular_trace; a measurement: say, item),
+                      then (job id, "end", "done" | "stopped" | "error", error line, notes, result)
 
-The child checks for "stop" between steps. It ignores SIGINT (Ctrl-C on the server ends the
+Jobs are named (specviz.app.devicejobs.JOBS: run, facts, device, pair_problem, sweep, exactness,
+divergence, distribution, peaks): the Streamlit server asks for one by name with plain-data
+parameters and never imports torch, transformers or a model itself. $SPECVIZ_WORKER_JOBS names
+modules the child imports after devicejobs, which may add or replace jobs (tests' stand-ins).
+
+The child checks for "stop" between a job's units of work (a run's steps). It ignores SIGINT (Ctrl-C on the server ends the
 server, whose exit closes the pipe) and exits when the pipe closes. Nothing here imports torch
 at module level: the child sets its OpenMP environment before torch is first imported.
 """
@@ -29,7 +28,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
-import pickle
 import shutil
 import signal
 import subprocess
@@ -41,6 +39,7 @@ import traceback
 from typing import Callable
 
 from specviz.childproc import SAFE_ENV, python_argv
+from specviz.common import SpecvizError
 
 # How the child's idle torch (OpenMP) threads wait, $SPECVIZ_WORKER_WAIT (bench/browser_speed.py
 # measures the choices): "spin" is libgomp's default (spin a while, then sleep); "passive" sleeps at
@@ -101,38 +100,51 @@ def oom_message(b: int, k: int) -> str:
 
 
 def free_device_memory() -> None:
+    """Collect garbage and give CUDA's cached blocks back, where torch is loaded (the device
+    process; the Streamlit server never imports it)."""
     import gc
 
-    import torch
-
     gc.collect()
-    if torch.cuda.is_available():
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 
-def error_message(e: BaseException, cfg) -> str:
-    """One clear sentence for a failure of a run."""
-    import torch
-
-    from specviz.common import SpecvizError
-
+def error_message(e: BaseException, cfg=None) -> str:
+    """One clear sentence for a failure of a job (``cfg``: the run's RunConfig, if it was a run)."""
     if isinstance(e, SpecvizError):
         return str(e)
-    if isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower():
+    if type(e).__name__ == "OutOfMemoryError" or "out of memory" in str(e).lower():
         free_device_memory()
+        if cfg is None:
+            return "out of memory: memory was freed; try a smaller batch size, draft length or fewer tokens"
         return oom_message(cfg.batch_size, cfg.draft_length)
     return f"{type(e).__name__}: {e}"
 
 
 # ---- the child ---------------------------------------------------------------------------------------
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Job:
+    """One named job: ``specviz.app.devicejobs.JOBS[name](ctx, **params)`` in the child."""
+
     id: int
-    cfg: object  # specviz.run.RunConfig
-    race: bool
-    loader: Callable  # cfg -> (target, proposer); specviz.run.load_pair unless a test swaps it
-    runner: Callable  # (cfg, target, proposer) -> iter of (session, step record); specviz.run.iter_run
+    name: str
+    params: dict
+
+
+def _jobs() -> dict:
+    """The child's job table: devicejobs, then the modules of $SPECVIZ_WORKER_JOBS (comma-separated)."""
+    import importlib
+
+    from specviz.app import devicejobs
+
+    for name in filter(None, os.environ.get("SPECVIZ_WORKER_JOBS", "").split(",")):
+        try:
+            importlib.import_module(name.strip())
+        except ImportError as e:
+            raise SpecvizError(f"$SPECVIZ_WORKER_JOBS names {name.strip()!r}, which does not import here: {e}") from e
+    return devicejobs.JOBS
 
 
 def _serve(conn) -> None:
@@ -141,7 +153,6 @@ def _serve(conn) -> None:
     import torch
 
     torch.set_num_threads(worker_threads())
-    sent_tokenizers: set = set()
     pending: list = []  # messages a job read while it ran (a newer run: its parent gave up on it)
     while True:
         try:
@@ -152,9 +163,9 @@ def _serve(conn) -> None:
             return
         if msg[0] == "path":  # the parent's import path (tests' stand-ins travel by module name)
             sys.path.extend(p for p in msg[1] if p not in sys.path)
-        if msg[0] == "run":
+        if msg[0] == "job":
             try:
-                _Job(conn, msg[1], sent_tokenizers, pending).work()
+                _Context(conn, msg[1], pending).work(_jobs())
             except (EOFError, BrokenPipeError, OSError):
                 return  # the server went away
 
@@ -179,87 +190,46 @@ def child_main(address: str) -> None:
     _serve(conn)
 
 
-class _Job:
-    def __init__(self, conn, job: Job, sent_tokenizers: set, pending: list):
-        self.conn, self.job, self.sent_tokenizers, self.pending = conn, job, sent_tokenizers, pending
-        self.stopped = False
+class _Context:
+    """What a job in the child reports through, and how it learns it should stop."""
+
+    def __init__(self, conn, job: Job, pending: list):
+        self.conn, self.job, self.pending = conn, job, pending
+        self._stopped = False
         self.notes: list[str] = []
 
     def send(self, kind: str, *payload) -> None:
         self.conn.send((self.job.id, kind, *payload))
 
-    def stop_asked(self) -> bool:
+    def report(self, item) -> None:
+        self.send("item", item)
+
+    def say(self, note: str) -> None:
+        self.send("say", note)
+
+    def stopped(self) -> bool:
         while self.conn.poll():
             msg = self.conn.recv()  # EOFError when the server went away: the caller returns
             if msg[0] == "stop" and msg[1] == self.job.id:
-                self.stopped = True
-            elif msg[0] in ("run", "quit"):  # only sent while no job of the parent's runs: this one is orphaned
+                self._stopped = True
+            elif msg[0] in ("job", "quit"):  # only sent while no job of the parent's runs: this one is orphaned
                 self.pending.append(msg)
-                self.stopped = True
-        return self.stopped
+                self._stopped = True
+        return self._stopped
 
-    def work(self) -> None:
-        job, cfg = self.job, self.job.cfg
+    def work(self, jobs: dict) -> None:
+        job = self.job
         try:
-            self.send("status", "loading")
-            target, proposer = job.loader(cfg)
-            self._send_tokenizer(target.tokenizer)
-            if self.stop_asked():
-                self.send("end", "stopped", None, self.notes)
-                return
-            self.send("status", "running")
-            from specviz.models import statickv  # (imported here: the child imports torch after its environment)
-
-            statickv.use_graphs(cfg.cuda_graphs)  # this run's KV caches are made from here on
-            self.send("trace", self._decode(cfg, target, proposer, record=True))
-            if job.race and not self.stopped:
-                self.send("status", "racing")
-                self.send("regular_trace", self._decode(dataclasses.replace(cfg, mode="regular"), target, None,
-                                                        record=False))
-            self.send("end", "stopped" if self.stopped else "done", None, self.notes)
+            if job.name not in jobs:
+                raise SpecvizError(f"the device process has no job named {job.name!r}")
+            result = jobs[job.name](self, **job.params)
+            self.send("end", "stopped" if self._stopped else "done", None, self.notes, result)
         except (EOFError, BrokenPipeError):
             raise
         except BaseException as e:  # shown in the page; the worker keeps serving
-            from specviz.common import SpecvizError
-
             if not isinstance(e, SpecvizError):
                 self.notes.append(traceback.format_exc(limit=3))
-            self.send("end", "error", error_message(e, cfg), self.notes)
-
-    def _send_tokenizer(self, tok) -> None:
-        key = id(tok)  # the child's models are cached, so one tokenizer object per model
-        if key in self.sent_tokenizers:
-            self.send("tokenizer", key, None)
-            return
-        try:
-            blob = pickle.dumps(tok)
-        except Exception as e:
-            self.notes.append(f"the tokenizer could not be sent to the page ({type(e).__name__}); ids are shown")
-            blob = None
-        else:
-            self.sent_tokenizers.add(key)
-        self.send("tokenizer", key, blob)
-
-    def _decode(self, cfg, target, proposer, record: bool) -> dict:
-        trace, started, n_samples = None, False, 0
-        for session, rec in self.job.runner(cfg, target, proposer):
-            if rec is None:
-                trace = session.trace
-                continue
-            if self.stop_asked():
-                session.stop()
-            if not record:
-                continue
-            dec = session.decoder
-            if not started:
-                started = True
-                self.send("start", [(r.index, r.prompt, list(r.prompt_ids)) for r in dec.rows], dec.prefill_s)
-            samples = list(session.samples[n_samples:])
-            n_samples += len(samples)
-            # the step's record carries each row's new output tokens (its rows' "emitted"): sent once
-            self.send("step", rec, {r.index: r.finish_reason for r in dec.rows if r.finish_reason},
-                      time.perf_counter() - dec.t0, samples)
-        return trace
+            self.send("end", "error", error_message(e, job.params.get("cfg")), self.notes, None)
 
 
 # ---- the parent's handle -----------------------------------------------------------------------------
@@ -298,7 +268,7 @@ class Worker:
                     raise WorkerDied(f"the decode worker process did not start (exit code {self.proc.poll()})")
                 time.sleep(0.05)
         shutil.rmtree(self._dir, ignore_errors=True)  # connected: the socket's name is no longer needed
-        self.tokenizers: dict = {}  # the child's tokenizer key -> the unpickled tokenizer
+        self.tokenizers: dict = {}  # a model's name -> its tokenizer as the page decodes with it (or None)
         self.use = threading.Lock()  # held by the LiveRun whose job runs now
         self._send = threading.Lock()
         self.send("path", list(sys.path))

@@ -42,7 +42,12 @@ def get_accept_fn(force: str | None = None) -> AcceptFn:
     Triton one needs CUDA tensors (or TRITON_INTERPRET=1), so pass force="torch" for a model
     on the CPU of a CUDA machine.
     """
-    return _pick(force, accept_reference, "specviz.engine.kernels.spec_verify", "accept_triton", "acceptance kernel")
+    def triton() -> AcceptFn:
+        from specviz.engine.kernels.spec_verify import accept_triton
+
+        return accept_triton
+
+    return _pick(force, accept_reference, triton, "acceptance kernel")
 
 
 def get_accept_tree_fn(force: str | None = None) -> AcceptTreeFn:
@@ -50,16 +55,21 @@ def get_accept_tree_fn(force: str | None = None) -> AcceptTreeFn:
 
     The same choice as ``get_accept_fn`` (force > $SPECVIZ_ACCEPT_IMPL > CUDA and triton), so one
     setting switches both rules."""
-    return _pick(force, accept_tree, "specviz.engine.kernels.tree_verify", "accept_tree_triton", "tree kernel")
+    def triton() -> AcceptTreeFn:
+        from specviz.engine.kernels.tree_verify import accept_tree_triton
+
+        return accept_tree_triton
+
+    return _pick(force, accept_tree, triton, "tree kernel")
 
 
-def _pick(force: str | None, reference: Callable, module: str, name: str, what: str) -> Callable:
-    """``reference`` for "torch", else ``module.name``, imported only now (it imports triton)."""
+def _pick(force: str | None, reference: Callable, triton: Callable[[], Callable], what: str) -> Callable:
+    """``reference`` for "torch", else what ``triton()`` imports only now (the kernel file imports triton)."""
     impl = _checked(force) if force is not None else _default_impl()
     if impl == "torch":
         return reference
     try:
-        return getattr(importlib.import_module(module), name)
+        return triton()
     except ImportError as e:  # triton missing
         raise RuntimeError(f"the triton {what} was requested but cannot be imported: {e}") from e
 
@@ -77,8 +87,3 @@ def _checked(impl: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"accept implementation must be one of {IMPLS}, got {impl!r}")
     return impl
-
-
-def interpreting() -> bool:
-    """Triton's CPU interpreter is on (TRITON_INTERPRET=1): the kernels then take CPU tensors."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

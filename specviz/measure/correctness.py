@@ -15,6 +15,7 @@ import dataclasses
 
 import torch
 
+from specviz.analysis.divergence import divergence_rows as _rows
 from specviz.engine.sampling import SamplingParams, accept_reference, process_logits
 from specviz.run import decoder_for_ids
 
@@ -75,25 +76,9 @@ def check_exactness(target, proposer, prompt_ids, batch_size: int, k: int, max_n
 # ---- checks on the Correctness page: two traces, and the acceptance rule's distribution --------------
 
 def divergence_rows(spec: dict, regular: dict, target=None) -> list[dict]:
-    """Per row: exact match of speculative vs regular output, the first divergent position and the
-    regular run's top-1 minus top-2 logit margin there (a forward of ``target`` over
-    prompt + regular output up to that position; None without a target)."""
-    rows = []
-    for s, r in zip(spec["sequences"], regular["sequences"]):
-        a, b = s["output_token_ids"], r["output_token_ids"]
-        pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
-        if pos is None and len(a) != len(b):
-            pos = min(len(a), len(b))
-        margin = None
-        if pos is not None and target is not None and pos < len(b):
-            ids = torch.tensor([r["prompt_token_ids"] + b[:pos]], device=target.device)
-            with torch.inference_mode():
-                logits = target.model(input_ids=ids).logits[0, -1].float()
-            top = logits.topk(2).values
-            margin = float(top[0] - top[1])
-        rows.append({"index": s["index"], "match": pos is None, "first_divergence": pos, "margin": margin,
-                     "length": len(b), "speculative": a, "regular": b})
-    return rows
+    """analysis.divergence.divergence_rows with ``target``'s logit margins (a forward over prompt +
+    regular output up to each divergence; None without a target)."""
+    return _rows(spec, regular, (lambda ids: logit_margin(target, ids)) if target is not None else None)
 
 
 def acceptance_distribution_check(n: int = 20000, vocab: int = 8, k: int = 2, temperature: float = 1.0,

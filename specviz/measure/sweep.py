@@ -31,7 +31,7 @@ from specviz.common import SpecvizError, write_atomic
 from specviz.measure.bench import engine_arm, interleaved, warm_up
 from specviz.measure.calibrate import calibrate, calibration_load_warning, load_calibration
 from specviz.runconfig import RunConfig
-from specviz.run import load_pair
+from specviz.run import load_pair, trace_config
 
 
 def measure_cell(base: RunConfig, b: int, k: int, target, proposer, calibration, repeats: int = 1) -> dict:
@@ -52,23 +52,6 @@ def measure_cell(base: RunConfig, b: int, k: int, target, proposer, calibration,
             "predicted_speedup_iid": speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead,
                                                    costs.regular_overhead),
             "spec_tokens_per_s": res["speculative"].median_tok_s, "regular_tokens_per_s": res["regular"].median_tok_s}
-
-
-DRIFT_FACTOR = 1.25  # a measured speedup this far past the tokens per step it had is the machine, not speculation
-
-
-def drift_warning(cell: dict) -> str | None:
-    """Why a cell's measured speedup cannot be speculation's, or None. A speculative step gives a row
-    its mean acceptance length L of tokens and costs at least a regular step (its verify is a target
-    forward over k + 1 slots), so a speedup well past L (or past k + 1, at all) means the machine's
-    speed changed between the interleaved passes: another process, or throttling."""
-    L, s, k = cell.get("mean_acceptance_length"), cell.get("measured_speedup"), cell.get("draft_length", 0)
-    if s is None or L is None:
-        return None
-    if s > k + 1 or s > DRIFT_FACTOR * max(L, 1.0):
-        return (f"measured {s:.2f}x is more than its {L:.2f} tokens per row-step allow: the machine's speed changed "
-                "during this cell (another busy process?); measure it again with more repeats on an idle machine")
-    return None
 
 
 def sweep(base: RunConfig, batch_sizes, draft_lengths, target, proposer, calibration, repeats: int = 1,
@@ -117,7 +100,7 @@ def sweep_config(cfg: RunConfig, batch_sizes, draft_lengths, repeats: int = 1, r
     else:
         note(f"using the cached calibration from {cal.created or 'an unknown date'} (--recalibrate to measure again)")
     rows = sweep(cfg, batch_sizes, draft_lengths, target, proposer, cal, repeats, on_cell, should_stop, done)
-    return rows, summarize_sweep(rows, cal), cal, cfg.to_trace_config(target, proposer)
+    return rows, summarize_sweep(rows, cal), cal, trace_config(cfg, target, proposer)
 
 
 def write_sweep(out_dir, rows: list[dict], summary: dict, calibration, config: dict) -> tuple[Path, Path]:
