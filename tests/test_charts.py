@@ -226,7 +226,8 @@ def test_drop_down_options_fit_a_narrow_column():
     from specviz.prompts.sets import PROMPT_SETS
 
     assert [tokentext.short_label(o) for o in PROMPT_SETS] == ["chat questions", "code completion",
-                                                                "summarize / rewrite"]
+                                                                "summarize / rewrite", "edit code", "rewrite text",
+                                                                "reformat data", "repeated answers"]
 
 
 def test_exactness_text_names_each_divergence_with_its_margin():

@@ -2,10 +2,15 @@
 
 The sets differ in how much a prompt-lookup (n-gram) draft can copy: chat answers are fresh
 text (little to copy), code completion repeats identifiers, and the summarize/rewrite set asks
-the model to reproduce a passage it was given, where n-gram drafts accept long runs.
+the model to reproduce a passage it was given, where n-gram drafts accept long runs. The predictable
+sets (editing.py, reformat.py: edit code, rewrite text, reformat data, repeated answers) are where
+model-free drafts that copy and learn (suffix decoding) pay most; chat is where they pay least.
 """
 
 from __future__ import annotations
+
+from specviz.prompts.editing import EDIT_CODE, REWRITE_TEXT
+from specviz.prompts.reformat import MULTI_TURN, REFORMAT_DATA
 
 CHAT = [
     "Explain speculative decoding in two sentences.",
@@ -56,7 +61,20 @@ PROMPT_SETS: dict[str, list[str]] = {
     "chat questions": CHAT,
     "code completion": CODE,
     "summarize / rewrite (copy-heavy: n-gram drafts shine)": SUMMARIZE,
+    "edit code (rename, docstring, fix a bug: predictable, suffix drafts shine)": EDIT_CODE,
+    "rewrite text (spelling, tense: predictable)": REWRITE_TEXT,
+    "reformat data (CSV <-> JSON: predictable)": REFORMAT_DATA,
+    "repeated answers (multi-turn: predictable)": MULTI_TURN,
 }
+
+# Short names for the command line (--prompt-set NAME) and scripts: name -> the set's title above.
+SET_NAMES = dict(zip(["chat", "code", "copy", "edit-code", "rewrite-text", "reformat-data", "multi-turn"],
+                     PROMPT_SETS))
+
+
+def prompt_set(name: str) -> list[str]:
+    """A built-in set's prompts by its short name (SET_NAMES) or its title (PROMPT_SETS)."""
+    return list(PROMPT_SETS[SET_NAMES.get(name, name)])
 
 
 def to_text(prompts: list[str]) -> str:
