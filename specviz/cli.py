@@ -1,18 +1,24 @@
-"""Command line: ``python -m specviz run|bench ...`` (DESIGN.md, "CLI (stable contract)").
+"""Command line: ``specviz run|bench|calibrate|sweep|distill|vllm ...`` (or ``python -m specviz``;
+DESIGN.md, "CLI (stable contract)"; docs/cli.md).
 
-User mistakes end as one line on stderr and exit status 2, never a traceback.
+User mistakes end as one line on stderr, never a traceback, and an exit status that says which kind
+of ending it was (specviz.common's EXIT_* constants: bad input, missing resource, out of memory, signal).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
+import signal
 import statistics
 import sys
 from pathlib import Path
 
-from specviz.checks.runflags import add_run_args
-from specviz.common import SpecvizError
+from specviz.checks.parser import build_parser  # noqa: F401 (the CLI's parser: tests walk it from here)
+from specviz.common import (EXIT_BAD_INPUT, EXIT_MISSING, EXIT_OUT_OF_MEMORY, EXIT_SIGNAL_BASE, MissingResource,
+                            OutOfMemory, SpecvizError)
 
 
 def _config(a):
@@ -156,7 +162,9 @@ def cmd_bench(a) -> int:
                       on_round=lambda i, tok_s: rounds.append(tok_s))
     except Interrupted:
         bar.close()
-        if rounds:
+        if rounds and a.json:
+            print(json.dumps({"interrupted": stop.signal, "rounds_tokens_per_s": rounds}, indent=1))
+        elif rounds:
             _print_rounds(rounds)
         print(f"specviz: interrupted ({stop.signal}) in round {len(rounds) + 1} of {a.repeats}: "
               + (f"the {len(rounds)} finished round(s) are printed above, the unfinished one dropped" if rounds
@@ -166,6 +174,10 @@ def cmd_bench(a) -> int:
         bar.close()
     if r.peer_note:
         print(r.peer_note, file=sys.stderr)
+    busy = load.warning()
+    if a.json:
+        print(json.dumps(_finite(bench_json(r, a.repeats, busy)), indent=1))
+        return 0
     s, reg, spec = r.summary, r.arms["regular"], r.arms["speculative"]
     print(f"target {r.target.name} ({r.target.dtype}, {r.target.device}); draft {getattr(r.proposer, 'name', '-')}; "
           f"B={cfg.batch_size} k={cfg.draft_length} controller={cfg.controller} max_new_tokens={cfg.max_new_tokens} "
@@ -183,7 +195,7 @@ def cmd_bench(a) -> int:
           f"overhead fraction {_fmt(s['overhead_frac'])}; per step: draft {1e3 * s['draft_s'] / s['steps']:.1f} ms, "
           f"verify {1e3 * s['verify_s'] / s['steps']:.1f} ms, accept {1e3 * s['accept_s'] / s['steps']:.1f} ms, "
           f"bookkeeping {1e3 * s['bookkeeping_s'] / s['steps']:.1f} ms")
-    if busy := load.warning():  # the ratios are interleaved, so they suffer less than the tokens/s
+    if busy:  # the ratios are interleaved, so they suffer less than the tokens/s
         print(f"warning: {busy}", file=sys.stderr)
     if r.identical is not None:
         same = r.identical
@@ -191,6 +203,37 @@ def cmd_bench(a) -> int:
               + ("" if all(same) or r.target.dtype == __import__("torch").float32 else
                  " (bf16: a (k+1)-token verify can break exact logit ties differently; see bench/exactness.py)"))
     return 0
+
+
+def _finite(v):
+    """NaN and infinities as null: JSON has no word for them (a regular arm's acceptance is NaN)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def bench_json(r, repeats: int, busy: str | None) -> dict:
+    """``bench --json``: what the table says, as numbers (tokens/s, ratios and their rounds, acceptance,
+    per-step phase times in ms, the peer, greedy rows identical to regular decoding)."""
+    cfg, s = r.cfg, r.summary
+    arms = {name: {"tokens_per_s": arm.median_tok_s, "ratio": arm.median_ratio, "rounds_tokens_per_s": arm.tok_s,
+                   "rounds_ratio": arm.ratio} for name, arm in r.arms.items()}
+    return {"target": r.target.name, "dtype": str(r.target.dtype).removeprefix("torch."), "device": str(r.target.device),
+            "draft": getattr(r.proposer, "name", None), "batch_size": cfg.batch_size, "draft_length": cfg.draft_length,
+            "controller": cfg.controller, "max_new_tokens": cfg.max_new_tokens, "prompts": len(cfg.prompts),
+            "repeats": repeats, "arms": arms,
+            "peer_draft": getattr(r.peer_proposer, "name", None), "peer_vs_ours": r.peer_vs_ours if r.peer_proposer is not None else None,
+            "peer_note": r.peer_note,
+            "acceptance_rate": s["acceptance_rate"], "mean_acceptance_length": s["mean_acceptance_length"],
+            "overhead_frac": s["overhead_frac"],
+            "per_step_ms": {phase: 1e3 * s[f"{phase}_s"] / s["steps"] for phase in ("draft", "verify", "accept",
+                                                                                   "bookkeeping")},
+            "identical_rows": None if r.identical is None else [sum(r.identical), len(r.identical)],
+            "machine_busy": busy}
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -299,54 +342,12 @@ def cmd_vllm(a, cfg=None) -> int:
         return stop.exit_code
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Every subcommand and flag (tests/test_checks.py walks them: each has a check in specviz.checks
-    or a reason it needs none)."""
-    from specviz.checks import OneLineParser
-
-    p = OneLineParser(prog="python -m specviz", description="Live batched speculative decoding.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    pr = sub.add_parser("run", help="one run, writes a trace")
-    add_run_args(pr)
-    pr.add_argument("--out", metavar="TRACE.json")
-    pr.add_argument("--show", type=int, default=4, help="print the text of the first N rows")
-    pb = sub.add_parser("bench", help="speculative vs regular decoding in one process")
-    add_run_args(pb)
-    pb.add_argument("--repeats", type=int, default=3)
-    pb.add_argument("--no-peer", action="store_true", help="skip transformers' generate() peer")
-    pb.add_argument("--peer", choices=["transformers", "vllm"], default="transformers", help="vllm: a real server")
-    pb.add_argument("--peer-draft", metavar="SPEC",
-                    help="the peer's draft when it differs from ours (transformers cannot run a feature draft; "
-                         "with --peer vllm: none or ngram[:N], vLLM's side against our model draft)")
-    pc = sub.add_parser("calibrate", help="fit the cost model of the target and draft on this device")
-    add_run_args(pc)
-    pc.add_argument("--batch-sizes", default="1,2,4,8,16")
-    pc.add_argument("--k-max", type=int, default=8)
-    pc.add_argument("--prefix-len", type=int, default=128, help="cached prefix length per row")
-    ps = sub.add_parser("sweep", help="measured vs predicted speedup over batch size x draft length")
-    add_run_args(ps)
-    ps.add_argument("--batch-sizes", default="1,2,4,8")
-    ps.add_argument("--draft-lengths", default="1,2,4,6,8")
-    ps.add_argument("--repeats", type=int, default=1)
-    ps.add_argument("--recalibrate", action="store_true")
-    ps.add_argument("--out-dir", default="sweep-out",
-                    help="sweep.csv and sweep.json go here; an interrupted sweep leaves its finished cells here, and "
-                         "the same command again resumes from them")
-    from specviz.distill.command import add_distill_parser
-
-    add_distill_parser(sub)
-    from specviz.peers.command import add_vllm_parser
-
-    add_vllm_parser(sub)
-    return p
-
-
 def main(argv=None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C while torch and transformers still import: nothing had started
         print("\nspecviz: interrupted while starting: nothing was done", file=sys.stderr)
-        return 130
+        return EXIT_SIGNAL_BASE + signal.SIGINT
 
 
 def _main(argv=None) -> int:
@@ -376,13 +377,25 @@ def _main(argv=None) -> int:
             statickv.use_graphs(True)
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep,
                 "distill": cmd_distill, "vllm": cmd_vllm}[a.cmd](a)
+    except OutOfMemory as e:  # refused before loading: the weights would not fit
+        print(f"specviz: error: {e}", file=sys.stderr)
+        return EXIT_OUT_OF_MEMORY
+    except MissingResource as e:
+        print(f"specviz: error: {e}", file=sys.stderr)
+        return EXIT_MISSING
     except SpecvizError as e:
         print(f"specviz: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("specviz: interrupted", file=sys.stderr)
-        return 130
-    except torch.OutOfMemoryError as e:
+        return EXIT_SIGNAL_BASE + signal.SIGINT
+    except (torch.OutOfMemoryError, MemoryError) as e:
         print(f"specviz: error: out of memory ({e.__class__.__name__}): try a smaller --batch-size or --draft-length",
               file=sys.stderr)
-        return 2
+        return EXIT_OUT_OF_MEMORY
+    except RuntimeError as e:
+        if "can't allocate memory" not in str(e) and "out of memory" not in str(e).lower():
+            raise
+        print("specviz: error: out of memory (the allocator failed): try a smaller --batch-size or --draft-length",
+              file=sys.stderr)
+        return EXIT_OUT_OF_MEMORY

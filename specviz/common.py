@@ -15,6 +15,23 @@ class SpecvizError(Exception):
     """A user-facing error: the CLI prints it as one line, the app shows it in the page."""
 
 
+class MissingResource(SpecvizError):
+    """Something the command names or needs is not on this machine: a model or file, CUDA, the vLLM environment."""
+
+
+class OutOfMemory(SpecvizError):
+    """The weights or the run do not fit in the memory there is."""
+
+
+# The command line's exit status, one per way a command can end (docs/cli.md lists them; specviz.cli maps
+# the exceptions above onto them).
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2  # a flag, a value, a combination or a file's contents that cannot work (argparse's own code)
+EXIT_MISSING = 3  # a model, a file, CUDA or the vLLM environment that is not there
+EXIT_OUT_OF_MEMORY = 4  # refused before loading (the weights would not fit) or ran out while running
+EXIT_SIGNAL_BASE = 128  # interrupted: 128 + the signal's number (130 Ctrl-C, 143 SIGTERM), the shell's convention
+
+
 def cache_dir() -> Path:
     """Where converted models, calibrations and peak figures live: $SPECVIZ_CACHE, else ~/.cache/specviz."""
     root = os.environ.get("SPECVIZ_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "specviz")

@@ -15,6 +15,8 @@ import signal
 import sys
 import threading
 
+from specviz.common import EXIT_SIGNAL_BASE
+
 
 class Interrupted(KeyboardInterrupt):
     """Raised by a Stop's handler; ``str()`` is the signal's name."""
@@ -51,7 +53,7 @@ class Stop:
     @property
     def exit_code(self) -> int:
         """The shell's convention: 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM)."""
-        return 128 + signal.Signals[self.signal].value if self.signal else 0
+        return EXIT_SIGNAL_BASE + signal.Signals[self.signal].value if self.signal else 0
 
 
 def save_trace(trace: dict, path: str) -> str:

@@ -1,6 +1,6 @@
-"""Every user mistake on every subcommand is one line on stderr, a non-zero exit and no traceback,
-before any model loads (specviz.checks); and no flag exists without a case here or a stated
-reason it needs no check."""
+"""Every user mistake on every subcommand is one line on stderr, a non-zero exit that says what kind
+of mistake (bad input, or something missing) and no traceback, before any model loads
+(specviz.checks); and no flag exists without a case here or a stated reason it needs no check."""
 
 import argparse
 import os
@@ -9,6 +9,7 @@ import pytest
 
 from specviz import checks
 from specviz.cli import build_parser, main
+from specviz.common import EXIT_BAD_INPUT, EXIT_MISSING
 
 RUN_COMMANDS = ("run", "bench", "calibrate", "sweep")
 LONG_PROMPT = "word " * 9000  # ~9,000 tokens: past SmolLM2's 8192
@@ -19,7 +20,8 @@ TRAVERSAL_TO_ETC = os.path.relpath("/etc")
 # Cases for the flags every run-like subcommand shares: (args, what the line says). "{d}" is a
 # folder of bad files (made below). Each runs under run, bench, calibrate and sweep.
 SHARED = [
-    (["--target", "/definitely/missing/dir"], "unknown model"),
+    (["--target", "/definitely/missing/dir"], "model not found: no folder or file /definitely/missing/dir"),
+    (["--target", "no/such/hub/id"], "unknown model"),
     (["--target", TRAVERSAL_TO_ETC], "is not a model"),
     (["--target", "{d}/notes.txt"], "is not a model"),
     (["--target", "{d}/missing.gguf"], "model file not found"),
@@ -38,6 +40,7 @@ SHARED = [
     (["--prompts", "{d}/nokey.jsonl"], "nokey.jsonl:1: JSONL lines need a \"prompt\" key"),
     (["--prompts", "{d}/number.jsonl"], "number.jsonl:1: \"prompt\" must be a string (got int)"),
     (["--prompt", "  "], "prompt 2 is empty"),  # after the base "hi"
+    (["--prompt", "two", "words"], "unrecognized arguments: words"),  # one prompt per flag: quote it
     (["--batch-size", "0"], "batch size must be at least 1 (got 0)"),
     (["--batch-size", "1000000000"], "batch size must be at most 65536"),
     (["--batch-size", "two"], "argument --batch-size: invalid int value"),
@@ -82,7 +85,7 @@ QUEUED = [
     (["--arrival-rate", "-1"], "arrival rate must be 0"),
     (["--arrival-rate", "nan"], "arrival rate must be 0"),
 ]
-BASE = {"run": ["--prompt", "hi"], "bench": ["--prompt", "hi"], "calibrate": ["--prompt", "hi"],
+BASE = {"run": ["--prompt", "hi"], "bench": ["--prompt", "hi"], "calibrate": [],
         "sweep": ["--prompt", "hi", "--out-dir", "{d}/sweep"], "distill": ["--out", "{d}/draft"], "vllm": ["serve", "--port", "0"]}
 OWN = {
     "run": [
@@ -101,6 +104,7 @@ OWN = {
         (["--peer", "vllm"], "compare it with vLLM's regular decoding (--peer-draft none)"),  # the default draft
         (["--peer", "vllm", "--peer-draft", "default"], "vLLM's side of the peer bench runs ngram or regular"),
         (["--peer", "vllm", "--draft", "ngram", "--temperature", "0.7"], "compares greedy outputs"),
+        (["--json", "--peer", "vllm", "--draft", "ngram", "--peer-draft", "ngram"], "drop one of them"),
     ],
     "calibrate": [
         (["--batch-sizes", "0,2"], "--batch-sizes must be comma-separated integers from 1"),
@@ -120,7 +124,7 @@ OWN = {
         (["--draft", "none"], "a sweep compares speculative with regular decoding"),
     ],
     "distill": [
-        (["--target", "/definitely/missing/dir"], "unknown model"),
+        (["--target", "/definitely/missing/dir"], "model not found"),
         (["--out", "{d}/notes.txt"], "is a file, not a folder"),
         (["--out", "/sys/draft"], "cannot write to folder /sys"),
         (["--data", "{d}/notes.txt"], "is a file, not a folder"),
@@ -169,8 +173,8 @@ OWN = {
         (["--device", "tpu"], "unknown device"),
         (["--dtype", "int4"], "argument --dtype: invalid choice"),
     ],
-    "vllm": [  # issue 20: vLLM's own server, refused before it starts
-        (["--target", "/definitely/missing/dir"], "unknown model"),
+    "vllm": [  # vLLM's own server, refused before it starts
+        (["--target", "/definitely/missing/dir"], "model not found"),
         (["--target", "{d}/missing.gguf"], "model file not found"),
         (["--target", "{d}/notes.txt"], "is not a model"),
         (["--draft", "default"], "vLLM cannot serve specviz's distilled draft"),
@@ -190,16 +194,19 @@ OWN = {
 }
 
 
+# What names something not on this machine exits EXIT_MISSING; every other mistake EXIT_BAD_INPUT.
+MISSING = ("model not found", "model file not found", "prompts file not found", "no such file or folder")
+
+
 def cases():
+    """The shared cases under each run-like subcommand that has all their flags (calibrate and sweep
+    offer only the run flags they read), then each subcommand's own."""
     out = []
-    for cmd in RUN_COMMANDS:
-        out += [(cmd, args, msg) for args, msg in SHARED]
-        if cmd != "calibrate":
-            out += [(cmd, args, msg) for args, msg in PROMPTED]
     subcommands = _subparsers()
-    for cmd in RUN_COMMANDS:  # only where the flags exist (H6's queue flags: run and bench at least)
+    for cmd in RUN_COMMANDS:
         flags = {s for act in subcommands[cmd]._actions for s in act.option_strings}
-        out += [(cmd, args, msg) for args, msg in QUEUED if args[0] in flags]
+        out += [(cmd, args, msg) for args, msg in SHARED + PROMPTED + QUEUED
+                if {a for a in args if a.startswith("--")} <= flags]
     out += [(cmd, args, msg) for cmd, own in OWN.items() for args, msg in own]
     return out
 
@@ -240,7 +247,7 @@ def test_every_mistake_is_one_line_and_a_nonzero_exit(cmd, args, message, bad_fi
     code = main(_argv(cmd, args, bad_files))
     captured = capsys.readouterr()
     lines = [ln for ln in captured.err.splitlines() if ln.strip()]
-    assert code == 2, (code, captured.err)
+    assert code == (EXIT_MISSING if any(m in message for m in MISSING) else EXIT_BAD_INPUT), (code, captured.err)
     assert len(lines) == 1, captured.err
     assert lines[0].startswith("specviz: error: ") and message in lines[0], lines[0]
     assert "Traceback" not in captured.err + captured.out

@@ -1,4 +1,5 @@
-"""The CLI contract: run writes a trace; user mistakes are one clear line and exit status 2."""
+"""The CLI contract: run writes a trace; user mistakes are one clear line and an exit status that says
+their kind (2 bad input, 3 something missing); bench prints a table or JSON."""
 
 import json
 import subprocess
@@ -8,10 +9,11 @@ import pytest
 
 from specviz.cli import main
 from specviz.analysis.trace import load_json
+from specviz.common import EXIT_BAD_INPUT, EXIT_MISSING, EXIT_OUT_OF_MEMORY
 
 BAD = [
     (["--target", "no-such-org/no-such-model"], "could not load model"),
-    (["--target", "/definitely/missing/dir"], "unknown model"),
+    (["--target", "/definitely/missing/dir"], "model not found"),
     (["--draft", "/definitely/missing/model.gguf"], "model file not found"),
     (["--batch-size", "0"], "batch size must be at least 1"),
     (["--batch-size", "-3"], "batch size must be at least 1"),
@@ -36,9 +38,8 @@ BAD = [
 # bench and sweep race speculative decoding against regular decoding: what would leave nothing to race
 RACE_BAD = [
     (["bench", "--draft", "none"], "bench compares speculative with regular decoding"),
-    (["bench", "--draft", "ngram", "--mode", "regular"], "drop --mode regular"),
-    (["sweep", "--draft", "ngram", "--mode", "regular", "--batch-sizes", "1", "--draft-lengths", "1"],
-     "a sweep runs regular decoding beside speculative decoding itself"),
+    (["sweep", "--draft", "none", "--batch-sizes", "1", "--draft-lengths", "1"], "a sweep compares speculative"),
+    (["bench", "--draft", "ngram", "--mode", "regular"], "unrecognized arguments: --mode regular"),  # not offered
 ]
 
 
@@ -63,7 +64,8 @@ def test_bad_input_is_one_clear_line(args, message, capsys):
         pytest.skip("CUDA is present")
     code = main(["run", "--prompt", "hello", "--max-new-tokens", "2", *args])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
+    missing = ("could not load model", "not found", "CUDA is not available")
+    assert code == (EXIT_MISSING if any(m in message for m in missing) else EXIT_BAD_INPUT), (code, err)
     assert err[-1].startswith("specviz: error: ") and message in err[-1]
     assert not any("Traceback" in line for line in err)
 
@@ -119,7 +121,7 @@ def test_module_entry_point_has_no_traceback_on_bad_input():
 
 
 def test_bench_prints_both_modes_and_their_ratio(capsys):
-    code = main(["bench", "--prompt", "Count: 1 2 3 1 2 3", "Say hi.", "Name a color.", "--batch-size", "2",
+    code = main(["bench", "--prompt", "Count: 1 2 3 1 2 3", "--prompt", "Say hi.", "--prompt", "Name a color.", "--batch-size", "2",
                  "--draft", "ngram", "--draft-length", "2", "--max-new-tokens", "4", "--repeats", "1",
                  "--dtype", "float32", "--device", "cpu"])
     out = capsys.readouterr().out
@@ -174,3 +176,69 @@ def test_an_unreachable_hub_is_probed_once_and_a_hub_id_then_loads_from_the_loca
                                                "cannot be reached"):
             loading.load_model("no-such-org/no-such-model", "cpu", "float32")
     assert probes == [("huggingface.co", 443)]  # the second load reused the answer
+
+
+def test_bench_json_prints_one_object_with_both_arms_and_their_rounds(capsys):
+    code = main(["bench", "--prompt", "Count: 1 2 3 1 2 3", "--batch-size", "1", "--draft", "ngram", "--draft-length", "2",
+                 "--max-new-tokens", "4", "--repeats", "2", "--dtype", "float32", "--device", "cpu", "--no-peer", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    summary = json.loads(out)  # the whole of stdout: nothing else is printed there
+    assert set(summary["arms"]) == {"regular", "speculative"}
+    spec = summary["arms"]["speculative"]
+    assert len(spec["rounds_tokens_per_s"]) == 2 and spec["tokens_per_s"] > 0 and spec["ratio"] > 0
+    assert summary["arms"]["regular"]["ratio"] == 1.0 and summary["draft_length"] == 2 and summary["repeats"] == 2
+    assert summary["identical_rows"] == [1, 1] and summary["peer_vs_ours"] is None
+
+
+def test_one_prompt_per_flag_so_unquoted_words_are_refused_not_split(capsys):
+    assert main(["run", "--prompt", "Explain", "speculative", "decoding."]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unrecognized arguments: speculative decoding." in err[0]
+
+
+def test_out_of_memory_while_running_exits_with_its_own_status(monkeypatch, capsys):
+    import torch
+
+    import specviz.cli
+
+    def oom(a):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(specviz.cli, "cmd_run", oom)
+    assert main(["run", "--prompt", "hi", "--draft", "ngram", "--max-new-tokens", "2"]) == EXIT_OUT_OF_MEMORY
+    assert "out of memory" in capsys.readouterr().err
+
+
+def test_weights_that_cannot_fit_are_refused_as_out_of_memory(monkeypatch, capsys):
+    from specviz.models import loading
+
+    monkeypatch.setattr(loading, "free_memory", lambda dev: (1024, "this test's 1 KiB"))
+    assert main(["run", "--prompt", "hi", "--draft", "ngram", "--max-new-tokens", "2", "--device", "cpu",
+                 "--dtype", "float16"]) == EXIT_OUT_OF_MEMORY
+    assert "not loading" in capsys.readouterr().err
+
+
+def test_every_subcommand_help_shows_defaults_and_two_examples(capsys):
+    from specviz.checks.parser import build_parser
+
+    for cmd in ("run", "bench", "calibrate", "sweep", "distill", "vllm"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([cmd, "--help"])
+        text = capsys.readouterr().out
+        examples = text.split("examples:\n")[1].strip().splitlines()
+        assert len(examples) == 2 and all(e.strip().startswith(f"specviz {cmd} ") for e in examples), text
+        assert "(default: " in text
+
+
+def test_calibrate_and_sweep_offer_only_the_run_flags_they_read():
+    from specviz.checks.parser import build_parser
+
+    p = build_parser()
+    for cmd, absent in (("calibrate", ["--prompt", "--temperature", "--batch-size", "--controller"]),
+                        ("sweep", ["--batch-size", "--draft-length", "--mode", "--controller", "--requests"]),
+                        ("bench", ["--mode"])):
+        with pytest.raises(SystemExit):
+            p.parse_args([cmd, absent[0], "x"])
+        for flag in absent:
+            assert flag not in p._subparsers._group_actions[0].choices[cmd]._option_string_actions

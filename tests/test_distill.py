@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from specviz.distill.command import add_distill_parser
+from specviz.checks.parser import build_parser
 from specviz.distill.data import build_vocab_map, read_samples
 from specviz.models.distilled import DRAFT_FILE, is_distilled_draft, load_distilled_draft
 from specviz.engine.proposers import ModelDraft
@@ -27,9 +27,7 @@ TINY = ["--samples", "6", "--val-samples", "2", "--max-new-tokens", "8", "--gen-
 
 
 def parse(argv):
-    p = argparse.ArgumentParser()
-    add_distill_parser(p.add_subparsers(dest="cmd"))
-    return p.parse_args(["distill", *argv])
+    return build_parser().parse_args(["distill", *argv])
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -26,7 +26,7 @@ def test_a_cli_run_under_the_tree_controller_equals_plain_greedy_and_records_eac
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = tmp_path / "trace.json"
     with pytest.warns(UserWarning, match="no calibration .* illustrative roofline"):
-        code = main(["run", "--prompt", *PROMPTS, "--batch-size", "2", "--draft", str(DEFAULT_DRAFT_DIR),
+        code = main(["run", *[a for p in PROMPTS for a in ("--prompt", p)], "--batch-size", "2", "--draft", str(DEFAULT_DRAFT_DIR),
                      "--controller", "tree", "--draft-length", "3", "--tree-width", "3", "--tree-nodes", "8",
                      "--max-new-tokens", str(MAX_NEW), "--dtype", "float32", "--device", "cpu", "--out", str(out)])
     assert code == 0

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.common import SpecvizError
+from specviz.common import EXIT_MISSING, SpecvizError
 from specviz.peers import server as srv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_missing_vllm_venv_says_how_to_install_it(model_dir, monkeypatch, tmp_pa
     from specviz.cli import main
 
     monkeypatch.setenv("SPECVIZ_VLLM_PYTHON", str(tmp_path / "no" / "python"))
-    assert main(["vllm", "serve", "--target", str(model_dir), "--port", "0"]) == 2
+    assert main(["vllm", "serve", "--target", str(model_dir), "--port", "0"]) == EXIT_MISSING
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "vLLM is not installed" in err[0] and "bash setup.sh --vllm" in err[0], err
 
@@ -241,7 +241,7 @@ def test_bench_peer_vllm_runs_ours_and_the_server_on_the_same_requests_and_repor
     from specviz.cli import main
 
     fake.mode("serve")
-    assert main(["bench", "--peer", "vllm", "--draft", "ngram", "--draft-length", "2", "--prompt", "hi", "there",
+    assert main(["bench", "--peer", "vllm", "--draft", "ngram", "--draft-length", "2", "--prompt", "hi", "--prompt", "there",
                  "--batch-size", "2", "--max-new-tokens", "3", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     argv = fake.argv()

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from specviz.bounds import FLOATS, INT_LISTS, INTS, MAX_ROWS, check_numbers, int_list  # noqa: F401 (the pass's API)
-from specviz.common import SpecvizError
+from specviz.common import EXIT_BAD_INPUT, MissingResource, SpecvizError
 
 CHECKED = {
     **{d: "integer range" for d in INTS}, **{d: "finite number in range" for d in FLOATS},
@@ -45,6 +45,7 @@ CHECKED = {
     "extra_data": "a distill data folder (meta.json); its settings are matched when distill reads it",
     "vocab_from": "a distilled draft's folder (its draft file is there)",
     "init_from": "a distilled draft's folder (its draft file is there)",
+    "json": "bench: a switch, refused with --peer vllm (whose table is vLLM's own)",
 }
 NEEDS_NO_CHECK = {
     "help": "argparse prints the help",
@@ -66,11 +67,16 @@ DEFAULT_CONTEXT = 8192  # SmolLM2-135M-Instruct (the packaged GGUF's llama.conte
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (and the exit status 2) like every other mistake."""
+    """argparse, but a usage mistake is one line (and the exit status 2) like every other mistake, and a
+    flag means only itself: no abbreviations (sweep's --batch-size would otherwise be its --batch-sizes)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         print(f"specviz: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(EXIT_BAD_INPUT)
 
 
 # ---- paths -------------------------------------------------------------------------------
@@ -126,7 +132,7 @@ def model_dir(spec: str, flag: str) -> Path | None:
     p = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not p.exists():
-            raise SpecvizError(f"model file not found: {spec} ({flag})")
+            raise MissingResource(f"model file not found: {spec} ({flag})")
         if not p.is_file():
             raise SpecvizError(f"{spec} ({flag}) is not a .gguf file")
         return None
@@ -135,8 +141,10 @@ def model_dir(spec: str, flag: str) -> Path | None:
             return p
         raise SpecvizError(f"{spec} ({flag}) is not a model: expected a directory in Hugging Face layout "
                            "(config.json) or a .gguf file")
+    if spec.startswith(("/", ".", "~")):  # a path, not a hub id: the folder or file is not there
+        raise MissingResource(f"model not found: no folder or file {spec} ({flag})")
     name, _, revision = spec.partition("@")
-    if name.count("/") != 1 or name.startswith(("/", ".", "~")) or ".." in name.split("/"):
+    if name.count("/") != 1 or ".." in name.split("/"):
         raise SpecvizError(f"unknown model {spec!r} ({flag}): not 'default', a local path, a .gguf file or a hub id (org/name)")
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -292,10 +300,10 @@ def check_run_args(cmd: str, a) -> None:
                            "(with --tree-width 1, chains, use --controller analytic)")
     if cmd in ("sweep", "bench"):  # both race speculative decoding against regular decoding
         what = "a sweep" if cmd == "sweep" else "bench"
-        if a.draft == "none":
+        if a.draft == "none":  # (neither offers --mode: each runs regular decoding beside speculative itself)
             raise SpecvizError(f"{what} compares speculative with regular decoding: give a --draft other than none")
-        if a.mode == "regular":
-            raise SpecvizError(f"{what} runs regular decoding beside speculative decoding itself: drop --mode regular")
+    if cmd == "bench" and a.json and a.peer == "vllm":
+        raise SpecvizError("--json prints bench's own summary; --peer vllm prints vLLM's table: drop one of them")
     if cmd == "run" and a.out is not None and not a.out.strip():
         raise SpecvizError("--out is empty: give the trace's file name, or leave --out out to write no trace")
     if a.mode == "regular" and (getattr(a, "tree_width", 1) > 1 or a.controller != "fixed"):
@@ -330,7 +338,7 @@ def check_distill_args(a) -> None:
         raise SpecvizError("--init-layers random is for --kind feature; a token draft starts from target layers")
     for path in a.text or []:
         if not Path(path).expanduser().exists():
-            raise SpecvizError(f"--text {path!r}: no such file or folder")
+            raise MissingResource(f"--text {path!r}: no such file or folder")
     for path in a.extra_data or []:
         if not (Path(path).expanduser() / "meta.json").is_file():
             raise SpecvizError(f"--extra-data {path!r} is not a distill data folder (no meta.json)")

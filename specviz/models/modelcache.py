@@ -15,14 +15,14 @@ import os
 import threading
 from typing import Callable, Hashable
 
-from specviz.common import SpecvizError
+from specviz.common import OutOfMemory
 
 PAIRS_ENV = "SPECVIZ_MODEL_PAIRS"
 DEFAULT_PAIRS = 2  # a target and its draft are a pair: the app switches between two pairs without reloading
 HEADROOM = 1.1  # the weights' estimate plus 10% for what a load allocates beside them
 
 
-class NotEnoughMemory(SpecvizError):
+class NotEnoughMemory(OutOfMemory):
     """A load refused before it started: its weights would not fit in the memory that is free."""
 
     def __init__(self, message: str, need: int, free: int):

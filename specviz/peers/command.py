@@ -16,24 +16,29 @@ import sys
 from specviz.peers.server import ServeConfig, serve
 
 
-def add_vllm_parser(sub) -> None:
-    p = sub.add_parser("vllm", help="start a real vLLM server on the packaged model (needs `bash setup.sh --vllm`)")
+def add_vllm_args(p) -> None:
+    """``vllm serve``'s flags, in groups, on its parser (specviz.checks.parser makes it, with the help text)."""
     p.add_argument("vllm_action", choices=["serve"], metavar="serve",
                    help="serve: vLLM's OpenAI-compatible server on a loopback port until Ctrl-C or SIGTERM")
-    p.add_argument("--target", default="default", help="model SPEC: default, a Hugging Face directory or a hub id")
-    p.add_argument("--draft", default="none",
+    g = p.add_argument_group("models")
+    g.add_argument("--target", default="default", metavar="SPEC",
+                   help="model SPEC: default, a Hugging Face directory or a hub id")
+    g.add_argument("--draft", default="none", metavar="SPEC",
                    help="none (regular decoding), ngram[:N] (vLLM's prompt lookup, N = longest n-gram, default 3), "
                         "or a full-vocabulary model SPEC; specviz's distilled drafts are refused")
-    p.add_argument("--draft-length", type=int, default=4, help="vLLM's num_speculative_tokens")
-    p.add_argument("--port", type=int, default=8000,
-                   help="loopback port (default 8000, vLLM's own and the Server page's default address; 0 = a free one)")
-    p.add_argument("--dtype", default="bfloat16", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--max-model-len", type=int, default=2048, help="context per request (bounds vLLM's KV cache)")
-    p.add_argument("--max-num-seqs", type=int, default=8, help="vLLM's batch slots")
-    p.add_argument("--no-compile", action="store_true",
+    g.add_argument("--draft-length", type=int, default=4, metavar="K", help="vLLM's num_speculative_tokens")
+    g.add_argument("--dtype", default="bfloat16", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="the server's --dtype")
+    g = p.add_argument_group("server")
+    g.add_argument("--port", type=int, default=8000,
+                   help="loopback port (vLLM's own default and the Server page's default address; 0 = a free one)")
+    g.add_argument("--max-model-len", type=int, default=2048, metavar="N",
+                   help="context per request (bounds vLLM's KV cache)")
+    g.add_argument("--max-num-seqs", type=int, default=8, metavar="N", help="vLLM's batch slots")
+    g.add_argument("--no-compile", action="store_true",
                    help="run vLLM's model eagerly, without torch.compile: starts in under a minute instead of several "
                         "on a 2-core CPU, decodes slower")
-    p.add_argument("--startup-timeout", type=float, default=300.0, metavar="S",
+    g.add_argument("--startup-timeout", type=float, default=300.0, metavar="S",
                    help="seconds to wait for the server's /health")
 
 

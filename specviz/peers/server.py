@@ -32,7 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from specviz.childproc import SAFE_ENV
-from specviz.common import SpecvizError
+from specviz.common import MissingResource, SpecvizError
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: .venv-vllm sits beside .venv
 HOST = "127.0.0.1"
@@ -50,7 +50,7 @@ def vllm_python() -> Path:
     py = Path(env).expanduser() if env else ROOT / ".venv-vllm" / "bin" / "python"
     if not py.is_file():
         where = f"SPECVIZ_VLLM_PYTHON={env} does not exist" if env else f"{py.parent.parent} is missing"
-        raise SpecvizError(f"vLLM is not installed ({where}): run `bash setup.sh --vllm`")
+        raise MissingResource(f"vLLM is not installed ({where}): run `bash setup.sh --vllm`")
     return py
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specviz.common import SpecvizError
+from specviz.common import MissingResource, SpecvizError
 
 MAX_PROMPTS_BYTES = 64 * 2**20  # a prompts file is text a person wrote or a script made; 64 MiB is far past either
 
@@ -17,7 +17,7 @@ MAX_PROMPTS_BYTES = 64 * 2**20  # a prompts file is text a person wrote or a scr
 def _read_text(path: str) -> str:
     p = Path(path).expanduser()
     if not p.exists():
-        raise SpecvizError(f"prompts file not found: {path}")
+        raise MissingResource(f"prompts file not found: {path}")
     if p.is_dir():
         raise SpecvizError(f"prompts file {path} is a directory: give a file with one prompt per line (or JSONL)")
     if not p.is_file():
