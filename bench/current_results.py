@@ -1,0 +1,239 @@
+"""The "Current results" section at the top of BENCHMARKS.md, made from the result files stored in
+bench/results/ and nothing else: one table per question, every row with its commit, machine, command
+and spread over rounds. A question with no stored result says so.
+
+    .venv/bin/python bench/current_results.py            # print the section
+    .venv/bin/python bench/current_results.py --write    # replace it in BENCHMARKS.md
+    .venv/bin/python bench/current_results.py --check    # exit 1 when BENCHMARKS.md differs from it
+
+Ratios are the result files' own medians of per-round ratios; a spread is the lowest and highest
+per-round ratio, computed here from the per-round tokens/s each file logs (to one decimal), or read
+from the file where it lists them. To add a newer result: store its files under bench/results/, add
+its rows to SOURCES below, run --write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+BEGIN = "<!-- current results: made by bench/current_results.py from bench/results/; do not edit by hand -->"
+END = "<!-- end of current results -->"
+
+EPYC = "2-core AMD EPYC, idle"
+FREEFORM = "bench/results/continued-draft-2026-12-01/freeform.jsonl"
+TOKEN = "specviz/assets/draft-SmolLM2-135M-Instruct"
+FEATURE = "specviz/assets/feature-draft-2l-SmolLM2-135M-Instruct"
+
+# Commands as the result folders' scripts ran them (those scripts are in git history). {draft} paths
+# were the assets named, or a new draft's folder then copied into the asset.
+COMMANDS = {
+    "drafts": f"bench/drafts.py --prompts {FREEFORM} --rounds 3 --batch-size B --arms token:{TOKEN}:K,...",
+    "peer-b1": f"bench/drafts.py --batch-size 1 --rounds 5 --arms shipped:{TOKEN}:1,shipped:{TOKEN}:2 --peer {TOKEN}:4",
+    "peers-b1": f"bench/drafts.py --batch-size 1 --rounds 4 --arms shipped:{TOKEN}:1,shipped:{TOKEN}:2 "
+                f"--peer {TOKEN}:1,{TOKEN}:2,{TOKEN}:4",
+    "continuous": "specviz calibrate --dtype bfloat16 --device cpu --batch-sizes 1,2,4,8 --k-max 4, then "
+                  "bench/continuous.py --requests 32 --batch-size 8 --max-new-tokens 64 --rounds 5 --ks 1,2",
+    "vllm": 'bench/vllm_peer.py --modes "default/1>none,ngram" --slots 1,8:32 --rounds 3 --num-prompts 4 --max-new-tokens 32',
+    "vllm-pair": 'bench/vllm_peer.py --modes "default/1>none,default/2>none" --slots 1,8 --rounds 3 --num-prompts 4 '
+                 "--max-new-tokens 32",
+    "trees": f"bench/trees.py --prompts {FREEFORM} --batch-size 1 --rounds 3 --drafts token:{TOKEN},old:OLD,wide:{FEATURE} "
+             "--chains 2 --trees 3:2:6,3:4:12",
+}
+
+
+# ---- reading the stored files --------------------------------------------------------------------
+
+def rounds_and_table(path: Path) -> tuple[list[dict[str, float]], dict[str, dict[str, str]]]:
+    """A drafts.py / trees.py log: its 'round i: arm tok/s, ...' lines and its markdown table by arm."""
+    rounds, table, header = [], {}, None
+    for line in path.read_text().splitlines():
+        if m := re.match(r"round \d+(?:/\d+)?: (.*)$", line):
+            rounds.append({name: float(v) for name, v in (item.rsplit(" ", 1) for item in m.group(1).split(", "))})
+        elif line.startswith("| arm |"):
+            header = [c.strip() for c in line.strip("|").split("|")]
+        elif header and line.startswith("| ") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            table[cells[0]] = dict(zip(header, cells))
+    return rounds, table
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f}–{max(values):.2f}"
+
+
+def arm_row(path: Path, arm: str, vs: str = "regular") -> dict:
+    """One arm of a drafts.py / trees.py log against another (regular decoding, or a peer)."""
+    rounds, table = rounds_and_table(path)
+    per_round = [r[arm] / r[vs] for r in rounds]
+    ratio = table[arm]["vs regular (median of per-round ratios)"] if vs == "regular" else f"{statistics.median(per_round):.2f}x"
+    return {"ratio": ratio, "spread": spread(per_round), "rounds": len(rounds), "row": table[arm]}
+
+
+def continuous_row(path: Path, arm: str) -> dict:
+    arms = json.loads(path.read_text())
+    a = arms[arm]
+    return {"ratio": f"{a['ratio']:.2f}x", "spread": spread(a["ratios"]), "rounds": len(a["ratios"]),
+            "acceptance": "–" if a["acceptance"] != a["acceptance"] else f"{a['acceptance']:.3f}",
+            "p50": f"{a['latency_p50_s']:.1f} s", "tok_s": f"{a['tok_s']:.1f}"}
+
+
+def vllm_rows(path: Path) -> list[dict]:
+    """bench/vllm_peer.py's log: per setting, ours and vLLM's tokens/s and the per-round ratios."""
+    rows, head, toks = [], None, {}
+    for line in path.read_text().splitlines():
+        if m := re.match(r"vLLM (\S+) .* vs ours: target (\S+), ours (.+), vLLM (.+), (\d+) requests through (\d+) slots", line):
+            head, toks = m.groups(), {}
+        elif m := re.match(r"(ours|vllm) +([\d.]+) ", line):
+            toks[m.group(1)] = m.group(2)
+        elif m := re.match(r"ours / vLLM tokens/s: ([\d.]+x) \(median of per-round ratios: ([\d., ]+)\)", line):
+            per_round = [float(x) for x in m.group(2).split(", ")]
+            rows.append({"version": head[0], "ours": head[2], "theirs": head[3], "requests": head[4], "slots": head[5],
+                         "ratio": m.group(1), "spread": spread(per_round), "rounds": len(per_round),
+                         "ours_tok_s": toks["ours"], "vllm_tok_s": toks["vllm"]})
+    return rows
+
+
+# ---- what is stored, question by question -------------------------------------------------------
+
+def speculative_vs_regular() -> list[str]:
+    runs = [  # (folder, log at B = 1, log at B = 8, commit)
+        ("feature-draft-continued3-2026-12-03", "drafts-b{b}.log", "a0d3a79"),
+        ("feature-draft-continued3-2026-12-03", "confirm-b{b}.log", "26cb118"),
+        ("feature-draft-natural2-2026-12-03", "drafts-b{b}.log", "not recorded"),
+        ("feature-draft-wide-2026-12-03", "drafts-b{b}.log", "not recorded"),
+    ]
+    out = ["| B | k | vs regular (median) | spread over rounds | acceptance | rounds | stored in | commit | machine | command |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for b, k in ((1, 2), (8, 1)):
+        for folder, log, commit in runs:
+            path = RESULTS / folder / log.format(b=b)
+            r = arm_row(path, f"token k={k}")
+            out.append(f"| {b} | {k} | **{r['ratio']}** | {r['spread']} | {r['row']['acceptance rate']} | {r['rounds']} | "
+                       f"`{path.relative_to(RESULTS)}` | {commit} | {EPYC} | drafts |")
+    return out
+
+
+def queue() -> list[str]:
+    path = RESULTS / "continuous-2026-12-01-idle" / "continuous.json"
+    out = ["| arm | tokens/s (median) | vs regular (median) | spread over rounds | acceptance | p50 latency | rounds | commit | "
+           "machine | command |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for arm in ("regular", "k=1", "k=2", "goodput"):
+        r = continuous_row(path, arm)
+        out.append(f"| {arm} | {r['tok_s']} | **{r['ratio']}** | {r['spread']} | {r['acceptance']} | {r['p50']} | "
+                   f"{r['rounds']} | cd0505c | 2-core AMD EPYC, idle | continuous |")
+    return out
+
+
+def assisted_generate() -> list[str]:
+    out = ["| arm (B = 1) | vs regular (median) | spread | ours (k = 1) over it, per-round median | spread | rounds | "
+           "stored in | commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for log in ("peer-b1.log", "peers-b1.log"):
+        path = RESULTS / "cpu-draft-2026-11-30" / log
+        _, table = rounds_and_table(path)
+        for arm in [a for a in table if a.startswith("transformers")]:
+            vs_reg, ours = arm_row(path, arm), arm_row(path, "shipped k=1", vs=arm)
+            k = re.search(r"k=(\d+)", arm).group(1)
+            out.append(f"| transformers' assisted generate, k = {k} | {vs_reg['ratio']} | {vs_reg['spread']} | "
+                       f"**{ours['ratio']}** | {ours['spread']} | {ours['rounds']} | `{path.relative_to(RESULTS)}` | "
+                       f"not recorded | {EPYC} | {path.stem} |")
+    return out
+
+
+def vllm_cpu() -> list[str]:
+    out = ["| ours | vLLM-CPU | requests through slots | ours tok/s | vLLM tok/s | ours / vLLM (median) | spread | rounds | "
+           "commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for folder, commit, command in (("vllm-peer-2026-12-01-head", "35e7cd8", "vllm"),
+                                    ("vllm-peer-2026-12-01-default-pair", "e1b3c8e", "vllm-pair")):
+        for r in vllm_rows(RESULTS / folder / "peer.log"):
+            out.append(f"| {r['ours']} | {r['theirs']} ({r['version']}) | {r['requests']} through {r['slots']} | "
+                       f"{r['ours_tok_s']} | {r['vllm_tok_s']} | **{r['ratio']}** | {r['spread']} | {r['rounds']} | "
+                       f"{commit} | {EPYC} | {command} |")
+    return out
+
+
+def trees() -> list[str]:
+    path = RESULTS / "feature-draft-wide-2026-12-03" / "trees-b1.log"
+    _, table = rounds_and_table(path)
+    names = {"token": "token draft (`default`)", "old": "feature draft, 8k map (in git at 41eb59e)",
+             "wide": "feature draft, 24k map (`feature-draft-2l`)"}
+    out = ["| draft | shape | vs regular (median) | spread over rounds | output tokens / row-step | rounds | commit | "
+           "machine | command |", "|---|---|---|---|---|---|---|---|---|"]
+    for arm in [a for a in table if a != "regular"]:
+        who, shape = arm.split(" ", 1)
+        r = arm_row(path, arm)
+        out.append(f"| {names[who]} | {shape} | **{r['ratio']}** | {r['spread']} | {r['row']['output tokens / row-step']} | "
+                   f"{r['rounds']} | not recorded | {EPYC} | trees |")
+    return out
+
+
+def section() -> str:
+    parts = [BEGIN, "## Current results", "",
+             "Made by `bench/current_results.py` from the files in `bench/results/` (regenerate with `--write`; a test "
+             "checks this section matches). Target: the packaged SmolLM2-135M-Instruct in bf16 on the CPU, greedy. "
+             "\"vs regular\" is our own engine at k = 0 on the same prompts, interleaved round by round in one process; "
+             "the spread is the lowest and highest per-round ratio. These machines drift 10-50% within minutes, so "
+             "read a ratio with its spread. The commands are listed under the tables.", "",
+             "### Speculative vs regular decoding, the default pair, by batch size", "",
+             "The `default` token draft on the 24 hand-written free-form chat prompts, 64 new tokens, each stored run:", "",
+             *speculative_vs_regular(), "",
+             "### Through a request queue", "",
+             "32 requests through 8 slots, all queued at the start, 64 new tokens, the default pair "
+             "(`goodput`: k picked each step from the calibration):", "",
+             *queue(), "",
+             "### Against transformers' assisted generate", "",
+             "The same token draft in `generate(assistant_model=...)`, on `bench/prompts.txt`, 64 new tokens, "
+             "interleaved with ours:", "",
+             *assisted_generate(), "",
+             "### Against vLLM-CPU", "",
+             "vLLM-CPU 0.32.0 (`bash setup.sh --vllm`) serving the same model, greedy, 32 new tokens; `default k=1` is "
+             "our default pair (vLLM cannot serve the distilled draft, so its side decodes regularly):", "",
+             *vllm_cpu(), "",
+             "### Token trees vs chains", "",
+             "Batch size 1, the 24 free-form prompts, 48 new tokens; chains and trees of depth k, width W, N nodes:", "",
+             *trees(), "",
+             "### On a GPU", "",
+             "| question | stored result |", "|---|---|",
+             "| speculative vs regular decoding on a GPU | **none.** The one GPU session (one H200, 2026-11-30) kept no raw "
+             "logs in the repo, and its engine timings were not usable (see the log, \"GPU\"). `bash bench/gpu_check.sh` "
+             "is prepared for the next one. |", "",
+             "Commands, run from the checkout (`bench/*.py` with `.venv/bin/python`; `specviz` is `.venv/bin/specviz`); "
+             "without `--prompts`, `drafts.py` and `vllm_peer.py` read `bench/prompts.txt`, `continuous.py` that and the "
+             "app's chat set:", "",
+             *[f"- {name}: `{cmd}`" for name, cmd in COMMANDS.items()], "", END]
+    return "\n".join(parts) + "\n"
+
+
+def current_block(text: str) -> str:
+    start, end = text.index(BEGIN), text.index(END) + len(END) + 1
+    return text[start:end]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true", help="replace the section in BENCHMARKS.md")
+    ap.add_argument("--check", action="store_true", help="exit 1 when BENCHMARKS.md's section differs")
+    a = ap.parse_args()
+    new = section()
+    if a.write:
+        text = BENCHMARKS.read_text()
+        BENCHMARKS.write_text(text.replace(current_block(text), new))
+    elif a.check:
+        if current_block(BENCHMARKS.read_text()) != new:
+            print("BENCHMARKS.md's current results differ from bench/current_results.py: run it with --write",
+                  file=sys.stderr)
+            return 1
+    else:
+        sys.stdout.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
