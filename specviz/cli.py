@@ -22,7 +22,7 @@ from specviz.common import (EXIT_BAD_INPUT, EXIT_MISSING, EXIT_OUT_OF_MEMORY, EX
 
 
 def _config(a):
-    from specviz.models import statickv
+    from specviz.models.forwardoptions import ForwardOptions
     from specviz.runconfig import RunConfig
     from specviz.run import read_prompts
 
@@ -42,7 +42,7 @@ def _config(a):
                      draft_confidence=a.draft_confidence, requests=getattr(a, "requests", None),
                      arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False),
                      tree_width=getattr(a, "tree_width", 1), tree_nodes=getattr(a, "tree_nodes", 16),
-                     cuda_graphs=bool(getattr(a, "cuda_graphs", False)) or statickv.graphs_enabled())
+                     cuda_graphs=bool(getattr(a, "cuda_graphs", False)) or ForwardOptions.from_env().cuda_graphs)
 
 
 def _progress(total: int, desc: str):
@@ -371,10 +371,6 @@ def _main(argv=None) -> int:
         return e.code
     try:
         check_args(a.cmd, a)  # every flag and file, before any model loads
-        if getattr(a, "cuda_graphs", False):  # read where each KV cache is made (specviz.models.statickv)
-            from specviz.models import statickv
-
-            statickv.use_graphs(True)
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep,
                 "distill": cmd_distill, "vllm": cmd_vllm}[a.cmd](a)
     except OutOfMemory as e:  # refused before loading: the weights would not fit

@@ -20,6 +20,7 @@ from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.decoder import SpecDecoder
 from specviz.common import SpecvizError
 from specviz.models.devicemap import placement
+from specviz.models.forwardoptions import ForwardOptions
 from specviz.models.loading import (check_tokenizers_agree, check_vocab_fits, encode_prompts, get_model, resolve_device,
                                     resolve_dtype)
 from specviz.engine.sampling import SamplingParams
@@ -86,7 +87,12 @@ def resolve_draft_spec(draft: str, target) -> str:
     return "ngram"
 
 
-def make_proposer(draft: str, target, stop_below: float = 0.0):
+def forward_options(cfg: RunConfig) -> ForwardOptions:
+    """How this run's forwards execute (its CUDA-graph switch over the environment's defaults)."""
+    return ForwardOptions.from_env(cuda_graphs=cfg.cuda_graphs)
+
+
+def make_proposer(draft: str, target, stop_below: float = 0.0, options: ForwardOptions | None = None):
     spec = resolve_draft_spec(draft, target)
     if spec == "none":
         return None
@@ -102,13 +108,14 @@ def make_proposer(draft: str, target, stop_below: float = 0.0):
     check_tokenizers_agree(target.tokenizer, loaded.tokenizer)
     check_vocab_fits(target, loaded)
     if getattr(loaded, "kind", "token") == "feature":
-        return FeatureDraft(loaded, vocab_size=target.model.config.vocab_size, stop_below=stop_below)
-    return ModelDraft(loaded, vocab_size=target.model.config.vocab_size, stop_below=stop_below)
+        return FeatureDraft(loaded, vocab_size=target.model.config.vocab_size, stop_below=stop_below, options=options)
+    return ModelDraft(loaded, vocab_size=target.model.config.vocab_size, stop_below=stop_below, options=options)
 
 
 def load_pair(cfg: RunConfig):
     target = get_model(cfg.target, cfg.device, cfg.dtype, cfg.device_map)
-    proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target, cfg.draft_confidence)
+    proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target, cfg.draft_confidence,
+                                                                forward_options(cfg))
     return target, proposer
 
 
@@ -176,19 +183,21 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens,
                            SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p), cfg.seed, prompts=prompts,
                            controller=controller, accept_fn=accept_fn, slots=cfg.batch_size,
-                           arrivals=cfg.arrivals(), refill=not cfg.static, tree=tree)
+                           arrivals=cfg.arrivals(), refill=not cfg.static, tree=tree, options=forward_options(cfg))
 
 
 def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
                     params: SamplingParams | None = None, seed: int = 0, prompts: list[str] | None = None,
                     controller=None, accept_fn=None, keep_hidden: bool = False, slots: int | None = None,
-                    arrivals: list[float] | None = None, refill: bool = True, tree=None) -> SpecDecoder:
+                    arrivals: list[float] | None = None, refill: bool = True, tree=None,
+                    options: ForwardOptions | None = None) -> SpecDecoder:
     """The one place a SpecDecoder is built: over already-encoded prompts (measurements, data
     generation, exactness checks), with a fixed draft length k unless a policy is given; regular
     decoding when there is no proposer or k = 0. ``slots`` concurrent rows serve the prompts as
     a request queue (None: one row per prompt, a static batch); ``refill=False`` runs them as
     consecutive static batches; ``arrivals`` are seconds after the start (None: all at 0); ``tree``
-    (engine.treestep.TreeShape) makes every row draft a token tree."""
+    (engine.treestep.TreeShape) makes every row draft a token tree; ``options`` say how the target's
+    forwards run (None: the environment's defaults)."""
     if controller is None:
         k = k if proposer is not None else 0
         proposer = proposer if k else None
@@ -196,7 +205,7 @@ def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_n
     kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
     return SpecDecoder(target, proposer, controller, prompts if prompts is not None else [""] * len(prompt_ids),
                        prompt_ids, params or SamplingParams(), max_new_tokens, seed, keep_hidden=keep_hidden,
-                       slots=slots, arrivals=arrivals, refill=refill, tree=tree, **kwargs)
+                       slots=slots, arrivals=arrivals, refill=refill, tree=tree, options=options, **kwargs)
 
 
 @dataclasses.dataclass

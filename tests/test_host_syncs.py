@@ -80,7 +80,7 @@ def test_a_steady_chain_step_reads_the_device_once(target, draft):
     steady = [(rec, calls) for rec, calls in steps if not rec.left and not rec.joined and not rec.compacted]
     assert len(steady) >= 5, len(steady)
     for rec, calls in steady:
-        assert len(calls) == 1 and calls[0][:2] == ("tolist", "decoder.py"), (rec.step, calls)
+        assert len(calls) == 1 and calls[0][:2] == ("tolist", "chainstep.py"), (rec.step, calls)
 
 
 @pytest.mark.parametrize("draft", ["ngram", "model"])

@@ -5,6 +5,8 @@ a pointer move, growth reallocates and drops the graphs, the runner is bounded a
 copy-in / copy-out protocol through its static buffers on the CPU. CUDA capture and replay are
 checked where CUDA is (skipped here)."""
 
+import os
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from specviz.engine.proposers import ModelDraft, NgramDraft
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.treestep import TreeShape
 from specviz.models import fastllama, statickv
+from specviz.models.forwardoptions import ForwardOptions
 from specviz.run import decoder_for_ids
 
 from fakes import perturbed_copy, ragged_prompts, tiny_llama
@@ -202,15 +205,17 @@ def test_graphs_are_never_captured_off_cuda(target, monkeypatch):
     assert dec.kv.static and not dec.kv.cache.runner.capture and dec.kv.cache.runner.captures == 0
 
 
-def test_the_cuda_graphs_flag_switches_the_static_cache_on_before_any_model_loads(monkeypatch):
+def test_the_cuda_graphs_flag_reaches_the_runs_forward_options_and_writes_no_environment(monkeypatch):
     from specviz import cli
+    from specviz.run import forward_options
 
-    _static(monkeypatch, False)  # recorded, so main's own setting is undone after the test
+    _static(monkeypatch, False)
     seen = []
-    monkeypatch.setattr(cli, "cmd_run", lambda a: seen.append(statickv.enabled() and statickv.graphs_enabled()) or 0)
+    monkeypatch.setattr(cli, "cmd_run", lambda a: seen.append(forward_options(cli._config(a))) or 0)
     assert cli.main(["run", "--prompt", "hi", "--max-new-tokens", "2"]) == 0
     assert cli.main(["run", "--prompt", "hi", "--max-new-tokens", "2", "--cuda-graphs"]) == 0
-    assert seen == [False, True]
+    assert seen == [ForwardOptions(), ForwardOptions(static_cache=True, cuda_graphs=True)]
+    assert os.environ["SPECVIZ_CUDA_GRAPHS"] == "0"  # as the test set it: the flag did not write it
 
 
 # ---- CUDA only -------------------------------------------------------------------------------
@@ -268,13 +273,15 @@ def test_greedy_outputs_with_graphs_equal_without_on_cuda(monkeypatch, dtype):
 
 
 
-def test_use_graphs_switches_the_static_cache_for_caches_made_after_and_the_trace_says_so(target, monkeypatch):
+def test_a_runs_forward_options_decide_its_caches_and_the_trace_says_so(target, monkeypatch):
+    from specviz.run import forward_options
     from specviz.runconfig import RunConfig
 
     _static(monkeypatch, False)
-    statickv.use_graphs(True)
-    assert statickv.graphs_enabled() and RaggedCache(target.model).static
-    statickv.use_graphs(False)
-    assert not statickv.enabled() and not RaggedCache(target.model).static
+    options = forward_options(RunConfig(prompts=["hi"], cuda_graphs=True))
+    assert RaggedCache(target.model, options=options).static
+    assert not RaggedCache(target.model).static  # a cache without options: the environment's default
+    _, dec = _outputs(target, NgramDraft, ragged_prompts(2, V), 2, 6, options=options)
+    assert dec.kv.static and not forward_options(RunConfig(prompts=["hi"])).static_cache
     assert "cuda_graphs" not in RunConfig(prompts=["hi"]).to_trace_config()
     assert RunConfig(prompts=["hi"], cuda_graphs=True).to_trace_config()["cuda_graphs"] is True

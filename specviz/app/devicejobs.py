@@ -52,7 +52,6 @@ def run(ctx, cfg, race: bool = False, loader: Callable | None = None, runner: Ca
     """The run's records as it goes: "tokenizer", "start", a "step" per step, "trace" (and
     "regular_trace" when raced). ``loader``/``runner`` default to specviz.run's (fakes in tests:
     see specviz.app.worker's SPECVIZ_WORKER_JOBS)."""
-    from specviz.models import statickv
     from specviz.run import iter_run, load_pair
 
     loader, runner = loader or load_pair, runner or iter_run
@@ -62,7 +61,6 @@ def run(ctx, cfg, race: bool = False, loader: Callable | None = None, runner: Ca
     if ctx.stopped():
         return None
     ctx.send("status", "running")
-    statickv.use_graphs(cfg.cuda_graphs)  # this run's KV caches are made from here on
     ctx.send("trace", _decode(ctx, runner, cfg, target, proposer, record=True))
     if race and not ctx.stopped():
         ctx.send("status", "racing")

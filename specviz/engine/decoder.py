@@ -1,11 +1,13 @@
 """The batched speculative decoding loop over ragged rows: draft -> verify -> accept -> step.
 
-One step, for every active row b at once:
-  draft   the proposer proposes n_b <= k tokens (k from the draft-length policy)
-  verify  ONE batched target forward over k+1 slots per row: [last token, d_1..d_k]
-  accept  the acceptance rule (specviz.engine.sampling) -> a_b accepted + 1 recovered/bonus token
-  step    rejected slots become holes in both caches, outputs grow by a_b + 1, finished rows
-          (EOS, max tokens) leave the batch
+One step, for every active row b at once (``_phases``, one body for chains and token trees; the
+step's kind, specviz.engine.chainstep.ChainStep or treestep.TreeStep, supplies the four parts):
+  draft   the proposer proposes n_b <= k tokens (k from the draft-length policy), a line or a tree
+  verify  ONE batched target forward over every row's [last token, proposals]
+  accept  the acceptance rule (specviz.engine.sampling, engine.tree) -> a_b accepted + 1
+          recovered/bonus token, read to the host once
+  step    rejected slots become holes in both caches, the proposer commits, outputs grow by
+          a_b + 1, finished rows (EOS, max tokens) leave the batch
 Regular decoding is the same loop with k = 0, so every comparison is like for like.
 
 Requests and slots: the decoder serves ``len(prompts)`` requests through ``slots`` concurrent
@@ -33,7 +35,9 @@ from specviz.engine.kernels import get_accept_fn
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.transfer import host_tensor
-from specviz.engine.treestep import default_accept_tree_fn, tree_phases
+from specviz.engine.chainstep import ChainStep
+from specviz.engine.treestep import TreeStep, default_accept_tree_fn
+from specviz.models.forwardoptions import ForwardOptions
 from specviz.records import RowStep, Step, TreeNodes
 
 
@@ -108,6 +112,7 @@ class SpecDecoder:
         arrivals: list[float] | None = None,
         refill: bool = True,
         tree=None,  # a treestep.TreeShape: every row drafts a token tree (None = chains)
+        options: ForwardOptions | None = None,  # how the target's cache runs its forwards (None: the environment's)
     ):
         self.target = target
         self.proposer = proposer
@@ -120,6 +125,9 @@ class SpecDecoder:
         self.accept_tree_fn = default_accept_tree_fn(self.device)  # the tree walk (kernels/tree_verify.py on CUDA)
         self.compact_threshold = compact_threshold
         self.tree = tree
+        # the step's kind: every row drafts a token tree, or a line of tokens (regular decoding: k = 0)
+        self.kind = TreeStep(tree) if tree is not None and proposer is not None else ChainStep()
+        self.options = options
         # A feature draft (drafts.FeatureDraft) reads the target's final hidden states: the
         # prefill's go to proposer.start, each verify's to proposer.commit. keep_hidden keeps them
         # without one (data generation): prefill_hidden/prefill_valid and verify_hidden.
@@ -181,7 +189,7 @@ class SpecDecoder:
 
     def _prefill_cache(self, rows: list[RowState]) -> RaggedCache:
         """A cache over these rows' prompts but the last token; self._hidden = (hidden, valid) or Nones."""
-        kv = RaggedCache(self.target.model, self.compact_threshold, keep_hidden=self.keep_hidden)
+        kv = RaggedCache(self.target.model, self.compact_threshold, keep_hidden=self.keep_hidden, options=self.options)
         ids, valid = left_pad([r.prompt_ids[:-1] for r in rows], 0, self.device)
         kv.empty_rows(len(rows))
         self._hidden = (None, None)
@@ -207,11 +215,6 @@ class SpecDecoder:
         _sync(self.device)
         self.join_prefill_s += time.perf_counter() - t
         return [r.index for r in rows]
-
-    def _uniforms(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-row streams: (draft [B, k], verify [B, k+1]) uniforms, made on the device (streams.py)."""
-        u = streams.row_uniforms(self.active, 2 * k + 1, self.device)  # [B, 2k+1]
-        return u[:, :k], u[:, k:]
 
     # ---- the loop --------------------------------------------------------------------------
     @torch.inference_mode()
@@ -243,11 +246,7 @@ class SpecDecoder:
             clock[-1] = clock[0]
         B = len(self.active)
         k = self.controller.next_k(B) if self.proposer is not None else 0
-        shape = (None, None)
-        if self.tree is not None and self.proposer is not None:  # token trees: specviz.engine.treestep
-            width, rows, compacted, left, shape = tree_phases(self, step, k, lap)  # shape: the (W, N) drafted
-        else:
-            width, rows, compacted, left = self._chain_phases(step, k, lap)
+        width, rows, compacted, left, shape = self._phases(step, k, lap)
         t_start, t_prefill, t_draft, t_verify, t_accept, t_end = clock
         for r in left:
             r.leave_s = t_end - self.t0
@@ -261,68 +260,24 @@ class SpecDecoder:
                     joined=tuple(joined), left=tuple(r.index for r in left), queue_length=queued,
                     tree_width=shape[0], tree_nodes=shape[1])
 
-    def _chain_phases(self, step: int, k: int, lap) -> tuple[int, list[RowStep], bool, list[RowState]]:
-        """draft -> verify -> accept -> advance for chains, lap() after each; (verify width, rows, compacted, left)."""
-        u_draft, u_verify = self._uniforms(k)
-        drafts, n, q, widest, counts = self._draft(k, u_draft)
-        w = (int(n.max()) if widest is None else widest) if k else 0  # slots past the widest proposal: holes in every row
-        if w < k:
-            drafts, q, u_verify = drafts[:, :w], (q[:, :w] if q is not None else None), u_verify[:, : w + 1]
+    def _phases(self, step: int, k: int, lap) -> tuple[int, list[RowStep], bool, list[RowState], tuple]:
+        """The one step body, chains and trees alike (the kind's parts: specviz.engine.chainstep), lap()
+        after each phase; (verify width, row records, compacted, rows that left, the tree shape drafted)."""
+        drafted = self.kind.draft(self, k)
         lap()
         before = self.kv.host_lengths  # each row's cached tokens before the verify, when known on the host
-        logits = self._verify(drafts, n, counts)
-        lap()
-        verdict = self.accept_fn(logits, drafts, n, u_verify, self.params, q)
-        # the step's one copy to the host: per row [accepted, drafted, output (w + 1), proposals (w)]
-        host = torch.cat([verdict.num_accepted.long().unsqueeze(1), n.long().unsqueeze(1), verdict.emitted.long(),
-                          drafts.long()], dim=1).tolist()  # [B, 2w + 3]
-        num_accepted = [h[0] for h in host]
-        emitted = [h[2:3 + h[0]] for h in host]
-        lap()
-        proposed = [h[3 + w:3 + w + h[1]] for h in host]
-        after = None if before is None else [b + 1 + a for b, a in zip(before, num_accepted)]
-        rows, compacted, left = self._advance(step, verdict.num_accepted, num_accepted, emitted, proposed, w + 1, after)
-        lap()
-        return w + 1, rows, compacted, left
-
-    def _draft(self, k: int, u: torch.Tensor):
-        """n_b <= k proposals per row: (tokens [B, k], num_drafted [B], q [B, k, V] or None, max n_b if the
-        proposer knows it on the host, else None, every n_b if it knows them on the host, else None)."""
-        if k == 0:
-            B = len(self.active)
-            return (torch.empty(B, 0, dtype=torch.long, device=self.device),
-                    torch.zeros(B, dtype=torch.long, device=self.device), None, 0, None)
-        prop = self.proposer.propose([r.context for r in self.active], k, self.params, u)
-        return prop.tokens, prop.num_drafted, prop.probs, prop.widest, prop.counts
-
-    def _verify(self, drafts: torch.Tensor, n: torch.Tensor, counts: list[int] | None = None) -> torch.Tensor:
-        """ONE batched target forward over [last token, d_1..d_k] per row -> logits [B, k+1, V].
-        counts: every row's n_b on the host, when known: the forward then skips the holes' work."""
-        last = host_tensor([r.last for r in self.active], self.device).unsqueeze(1)  # [B, 1]
-        ids = torch.cat([last, drafts.clamp(min=0)], dim=1)  # [B, k+1]
-        T = ids.shape[1]
-        slots = torch.arange(T, device=self.device).unsqueeze(0)  # [1, k+1]
-        valid = slots < (n + 1).unsqueeze(1)  # [B, k+1] proposals past n_b are holes
-        flat = None if counts is None else [b * T + t for b, c in enumerate(counts) for t in range(c + 1)]
-        logits = self.kv.forward(ids, valid, reuse_logits=True, slots=flat)  # [B, k+1, V], dead by the next verify
+        logits = self.kind.verify(self, drafted)
         self.verify_hidden = self.kv.hidden  # None unless keep_hidden
-        return logits
-
-    def _advance(self, step: int, accepted_t: torch.Tensor, num_accepted: list[int], emitted: list[list[int]],
-                 proposed: list[list[int]], width: int,
-                 lengths: list[int] | None = None) -> tuple[list[RowStep], bool, list[RowState]]:
-        """Roll back rejected slots, grow outputs, retire finished rows; returns the row records.
-        lengths: each row's cached tokens after the rollback, on the host (when known)."""
-        keep_slots = torch.arange(width, device=self.device).unsqueeze(0) <= accepted_t.unsqueeze(1)  # [B, k+1]
-        # slot 0 (the last token) + accepted drafts stay: a prefix of 1 + a per row, known on the host
-        self.kv.reject_tail(keep_slots, [1 + a for a in num_accepted], lengths)
+        lap()
+        v = self.kind.accept(self, drafted, logits)
+        lap()
+        after = None if before is None else [b + 1 + a for b, a in zip(before, v.num_accepted)]
+        self.kv.reject_tail(v.keep_slots, v.kept, after)  # rejected slots become holes
         compacted = self.kv.maybe_compact()
-        if self.wants_features:
-            self.proposer.commit(num_accepted, emitted, features=self.verify_hidden)
-        elif self.proposer is not None:
-            self.proposer.commit(num_accepted, emitted)
-        rows, left = self._retire(step, num_accepted, emitted, proposed)
-        return rows, compacted, left
+        self.kind.commit(self, drafted, v)
+        rows, left = self._retire(step, v.num_accepted, v.emitted, v.proposed, v.trees)
+        lap()
+        return drafted.width, rows, compacted, left, drafted.shape
 
     def _retire(self, step: int, num_accepted: list[int], emitted: list[list[int]], proposed: list[list[int]],
                 trees: dict[int, TreeNodes] | None = None) -> tuple[list[RowStep], list[RowState]]:

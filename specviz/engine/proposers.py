@@ -18,6 +18,7 @@ import dataclasses
 import torch
 
 from specviz.models.distilled import fused_input
+from specviz.models.forwardoptions import ForwardOptions
 from specviz.engine import treedraft
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams, sample_tokens
@@ -44,8 +45,9 @@ class ModelDraft:
     kind = "model"
 
     def __init__(self, loaded, vocab_size: int | None = None, compact_threshold: float = 0.25,
-                 stop_below: float = 0.0):
+                 stop_below: float = 0.0, options: ForwardOptions | None = None):
         self.loaded = loaded
+        self.options = options  # how the draft's cache runs its forwards (None: the environment's defaults)
         # A row stops drafting after a token the draft gave probability < stop_below (that token is
         # still proposed), as transformers' assistant_confidence_threshold does; the draft loop
         # ends once every row has stopped. 0 = always draft k.
@@ -63,7 +65,7 @@ class ModelDraft:
         self._proposed = 0
 
     def _prefilled(self, contexts: list[list[int]]) -> RaggedCache:
-        kv = RaggedCache(self.model, self.compact_threshold)
+        kv = RaggedCache(self.model, self.compact_threshold, options=self.options)
         ids, valid = left_pad([c[:-1] for c in contexts], 0, self.device)
         if ids.shape[1]:
             kv.forward(ids, valid, last_only=True, counts=[len(c) - 1 for c in contexts], logits=False)
@@ -193,7 +195,7 @@ class FeatureDraft(ModelDraft):
 
     def start(self, contexts: list[list[int]], features=None) -> None:
         B = len(contexts)
-        self.kv = RaggedCache(self.model, self.compact_threshold, keep_hidden=True)
+        self.kv = RaggedCache(self.model, self.compact_threshold, keep_hidden=True, options=self.options)
         self.kv.empty_rows(B)
         H = self.model.config.hidden_size
         hidden, valid = features if features is not None and features[0] is not None else (None, None)

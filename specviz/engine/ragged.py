@@ -32,6 +32,7 @@ import torch
 
 from specviz.engine.transfer import host_tensor, to_device
 from specviz.models import fastllama, statickv
+from specviz.models.forwardoptions import ForwardOptions
 
 
 def contiguous_head_input(model: torch.nn.Module) -> None:
@@ -50,17 +51,19 @@ def contiguous_head_input(model: torch.nn.Module) -> None:
 
 
 class RaggedCache:
-    def __init__(self, model: torch.nn.Module, compact_threshold: float = 0.25, keep_hidden: bool = False):
+    def __init__(self, model: torch.nn.Module, compact_threshold: float = 0.25, keep_hidden: bool = False,
+                 options: ForwardOptions | None = None):
         from transformers import DynamicCache
 
         contiguous_head_input(model)
         self.model = model
-        self.lean = fastllama.enabled() and fastllama.supports(model)  # our forward; else transformers'
+        options = options or ForwardOptions.from_env()  # the run's choice (specviz.run.forward_options)
+        self.lean = options.lean and fastllama.supports(model)  # our forward; else transformers'
         if self.lean:
             fastllama.fuse_projections(model)
         # static: preallocated buffers (crop = pointer move, CUDA graphs possible), the lean forward only
-        self.static = self.lean and statickv.enabled()
-        self.cache = statickv.StaticKV(model) if self.static else DynamicCache(config=model.config)
+        self.static = self.lean and options.static_cache
+        self.cache = statickv.StaticKV(model, options.cuda_graphs) if self.static else DynamicCache(config=model.config)
         self.device = next(model.parameters()).device
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)  # [B, L]
         self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)  # [B] valid tokens per row

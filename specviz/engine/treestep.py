@@ -1,7 +1,7 @@
 """One decoder step with token trees (issue 16): draft a tree per row -> ONE verify -> tree walk -> advance.
 
-The decoder (specviz.engine.decoder) calls ``tree_phases`` instead of its chain phases when it has
-a ``TreeShape``. Per step, for the B active rows:
+The decoder (specviz.engine.decoder) runs its one step body with a ``TreeStep`` instead of a
+``chainstep.ChainStep`` when it has a ``TreeShape``. Per step, for the B active rows:
   draft   the proposer's ``propose_tree`` gives each row up to N nodes, depth <= k (specviz.engine.tree)
   verify  ONE batched target forward over [last token, node 0 .. node N_b - 1] per row, padded to
           T = 1 + max N_b slots: a node sees its row's valid prefix and its own ancestors
@@ -21,6 +21,7 @@ import dataclasses
 import torch
 
 from specviz.engine import streams
+from specviz.engine.chainstep import StepVerdict
 from specviz.engine.kernels import get_accept_tree_fn
 from specviz.engine.transfer import host_tensor
 from specviz.engine.tree import TokenTree, ancestor_mask
@@ -87,42 +88,53 @@ def row_uniforms(rows, sizes: list[int], device) -> torch.Tensor:
     return streams.row_uniforms(rows, max(sizes, default=0) + 1, device)
 
 
-def tree_phases(dec, step: int, k: int, lap) -> tuple[int, list[dict], bool, list, tuple[int, int]]:
-    """The decoder's four phases for a tree step, lap() after each; (verify width, rows, compacted, left,
-    the (W, N) drafted with: 1, 0 for a regular step)."""
-    active = list(dec.active)
-    contexts = [r.context for r in active]
-    if k:
-        width, nodes = getattr(dec.controller, "shape", (dec.tree.width, dec.tree.nodes))  # a shape policy's pick
-        tree = dec.proposer.propose_tree(contexts, k, width, nodes, dec.params)
-    else:
-        width, nodes, tree = 1, 0, TokenTree.empty(len(active), dec.device)
-    sizes = tree.sizes()
-    u = row_uniforms(active, sizes, dec.device)
-    lap()
-    before = dec.kv.host_lengths  # each row's cached tokens before the verify, when known on the host
-    logits = verify_tree(dec.kv, [c[-1] for c in contexts], tree)
-    dec.verify_hidden = dec.kv.hidden
-    lap()
-    verdict = dec.accept_tree_fn(logits, tree, u, dec.params)
-    host = read_step(tree, verdict)
-    num_accepted = [h["num_accepted"] for h in host]
-    emitted = [h["emitted"] for h in host]
-    paths = [h["path"] for h in host]
-    lap()
-    after = None if before is None else [x + 1 + a for x, a in zip(before, num_accepted)]
-    dec.kv.reject_tail(verdict.keep_slots, [2 + p[-1] if p else 1 for p in paths], after)  # root, path, holes
-    compacted = dec.kv.maybe_compact()
-    feats = {"features": dec.verify_hidden} if dec.wants_features else {}  # a feature draft's true features
-    if k:
-        dec.proposer.commit_tree(paths, emitted, [h["fed_slot"] for h in host], **feats)
-    else:
-        dec.proposer.commit(num_accepted, emitted, **feats)
-    trees = {r.index: TreeNodes.from_json({**h["nodes"], "path": h["path"]}) for h, r in zip(host, active)}
-    if k and hasattr(dec.controller, "observe_trees"):  # treepolicy.TreeShapes: acceptance by depth x rank
-        dec.controller.observe_trees(list(trees.values()))
-    proposed = [list(t.token) for t in trees.values()]
-    # a regular step (k = 0, e.g. the shape policy's pick) drafts no tree
-    rows, left = dec._retire(step, num_accepted, emitted, proposed, trees if k else None)
-    lap()
-    return logits.shape[1], rows, compacted, left, (width, nodes)
+@dataclasses.dataclass
+class TreeDrafts:
+    tree: TokenTree
+    u: torch.Tensor  # [B, max N_b + 1] the accept rule's draws
+    shape: tuple[int, int]  # the (W, N) drafted with: (1, 0) for a regular step
+    contexts: list[list[int]]
+    width: int = 0  # verify slots per row (1 + max N_b), known after verify
+    paths: list[list[int]] | None = None  # [B] the accepted nodes, known after accept
+    fed_slots: list[list[int]] | None = None  # [B] each node's slot in the draft cache's fed tail (-1: none)
+
+
+class TreeStep:
+    """Rows draft a token tree each (the decoder's step body calls these; see specviz.engine.chainstep)."""
+
+    def __init__(self, shape: TreeShape):
+        self.shape = shape
+
+    def draft(self, dec, k: int) -> TreeDrafts:
+        contexts = [r.context for r in dec.active]
+        if k:
+            width, nodes = getattr(dec.controller, "shape", (self.shape.width, self.shape.nodes))  # a shape policy's pick
+            tree = dec.proposer.propose_tree(contexts, k, width, nodes, dec.params)
+        else:  # a regular step (k = 0, e.g. the shape policy's pick) drafts no tree
+            width, nodes, tree = 1, 0, TokenTree.empty(len(contexts), dec.device)
+        return TreeDrafts(tree, row_uniforms(dec.active, tree.sizes(), dec.device), (width, nodes), contexts)
+
+    def verify(self, dec, d: TreeDrafts) -> torch.Tensor:
+        logits = verify_tree(dec.kv, [c[-1] for c in d.contexts], d.tree)  # [B, 1 + N, V]
+        d.width = logits.shape[1]
+        return logits
+
+    def accept(self, dec, d: TreeDrafts, logits: torch.Tensor) -> StepVerdict:
+        verdict = dec.accept_tree_fn(logits, d.tree, d.u, dec.params)
+        host = read_step(d.tree, verdict)
+        d.paths, d.fed_slots = [h["path"] for h in host], [h["fed_slot"] for h in host]
+        trees = {r.index: TreeNodes.from_json({**h["nodes"], "path": h["path"]}) for h, r in zip(host, dec.active)}
+        drafted = d.shape != (1, 0)
+        if drafted and hasattr(dec.controller, "observe_trees"):  # treepolicy.TreeShapes: acceptance by depth x rank
+            dec.controller.observe_trees(list(trees.values()))
+        # the root, the accepted path's slots (parents before children) stay; every other node is a hole
+        return StepVerdict([h["num_accepted"] for h in host], [h["emitted"] for h in host],
+                           [list(t.token) for t in trees.values()], verdict.keep_slots,
+                           [2 + p[-1] if p else 1 for p in d.paths], trees if drafted else None)
+
+    def commit(self, dec, d: TreeDrafts, v: StepVerdict) -> None:
+        feats = {"features": dec.verify_hidden} if dec.wants_features else {}  # a feature draft's true features
+        if v.trees is not None:
+            dec.proposer.commit_tree(d.paths, v.emitted, d.fed_slots, **feats)
+        else:
+            dec.proposer.commit(v.num_accepted, v.emitted, **feats)

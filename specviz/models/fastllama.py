@@ -29,13 +29,11 @@ This forward computes the same function with fewer, larger ops:
 
 It applies to ``LlamaForCausalLM`` without projection biases, silu MLP and single-rank weights
 (``supports``), on one device; anything else (a model spread by --device-map auto too) runs through
-transformers. ``SPECVIZ_LEAN_FORWARD=0`` turns it off.
+transformers. ``ForwardOptions(lean=False)`` (or ``SPECVIZ_LEAN_FORWARD=0``) turns it off.
 Outputs match transformers' forward to float rounding (tests/test_fastllama.py).
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import torch.nn.functional as F
@@ -43,10 +41,6 @@ import torch.nn.functional as F
 from specviz.models import packed
 
 MANY_QUERIES = 16  # from this many query slots per row, SDPA's fused kernel is used instead
-
-
-def enabled() -> bool:
-    return os.environ.get("SPECVIZ_LEAN_FORWARD", "1") != "0"
 
 
 def supports(model: torch.nn.Module) -> bool:

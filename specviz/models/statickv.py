@@ -17,17 +17,15 @@ capacity) and two pointers: ``rows`` (B, the live rows) and ``length`` (L, the l
 
 Forwards of fewer than ``fastllama.MANY_QUERIES`` slots per row (decode, verify, draft steps) go
 through a ``GraphRunner`` (specviz.models.graphs): static input buffers per (batch bucket, T,
-capacity), replayed as a CUDA graph on CUDA with ``SPECVIZ_CUDA_GRAPHS=1``, run eagerly through
+capacity), replayed as a CUDA graph on CUDA when the run's ForwardOptions ask for graphs, run eagerly through
 the same buffers otherwise. Longer ones (prefills) run eagerly over the exact batch.
 
-Off by default: ``SPECVIZ_STATIC_CACHE=1`` turns the cache on (any device, graphs never captured),
-``SPECVIZ_CUDA_GRAPHS=1`` turns it on and captures graphs where the model is on CUDA.
+Off by default: the run's ForwardOptions (specviz.models.forwardoptions) turn it on
+(``static_cache``: any device, graphs never captured; ``cuda_graphs``: graphs captured on CUDA).
 Exactness against the DynamicCache path: tests/test_statickv.py.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -35,21 +33,6 @@ from specviz.models import fastllama
 from specviz.models.graphs import GraphRunner, bucket
 
 MIN_SLOTS = 128  # the smallest slot capacity allocated (a power of two)
-
-
-def graphs_enabled() -> bool:
-    return os.environ.get("SPECVIZ_CUDA_GRAPHS", "0") == "1"
-
-
-def use_graphs(on: bool) -> None:
-    """Turn CUDA graphs on or off for the KV caches made from now on in this process (the CLI's
-    --cuda-graphs, the app's decode worker per run): the same switch as SPECVIZ_CUDA_GRAPHS."""
-    os.environ["SPECVIZ_CUDA_GRAPHS"] = "1" if on else "0"
-
-
-def enabled() -> bool:
-    """The static cache is on: forced for tests (SPECVIZ_STATIC_CACHE=1) or wanted by CUDA graphs."""
-    return os.environ.get("SPECVIZ_STATIC_CACHE", "0") == "1" or graphs_enabled()
 
 
 def capturable(model: torch.nn.Module) -> bool:
@@ -62,7 +45,7 @@ def capturable(model: torch.nn.Module) -> bool:
 class StaticKV:
     """Per-layer K/V buffers [R, Hkv, C, d] with a row and a length pointer (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, max_graphs: int = 8):
+    def __init__(self, model: torch.nn.Module, graphs: bool = False, max_graphs: int = 8):
         cfg = model.config
         p = next(model.parameters())
         self.num_layers = cfg.num_hidden_layers
@@ -74,7 +57,7 @@ class StaticKV:
         self.rows = 0  # B: live rows, the buffers' first B
         self.length = 0  # L: live slots, the buffers' first L columns
         self.reallocations = 0
-        capture = graphs_enabled() and self.device.type == "cuda" and capturable(model)
+        capture = graphs and self.device.type == "cuda" and capturable(model)
         self.runner = GraphRunner(capture=capture, max_graphs=max_graphs)
         self._cols: torch.Tensor | None = None  # [T] the columns the running forward writes
 
