@@ -11,6 +11,7 @@ import streamlit as st
 
 from specviz.analysis import explain
 from specviz.app import state as appstate, charts, devicequeue, tokentext, treeview, queueview
+from specviz.app.headline import headline
 from specviz.app.safetext import md_escape
 from specviz.app.upload import read_trace_upload, trace_csv_zip
 
@@ -137,67 +138,6 @@ def glossary() -> None:
     st.markdown(tokentext.legend_html(), unsafe_allow_html=True)
     with st.expander("More terms: step, row-step, slot, wasted slot, mean acceptance length, phases"):
         st.markdown(tokentext.terms_markdown())
-
-
-def headline(trace: dict, regular: dict | None) -> None:
-    s = trace.get("summary", {})
-    cfg = trace.get("config", {})
-    # two rows of three: six tiles in one row cut their labels off
-    top, bottom = st.columns(3), st.columns(3)
-    fmt = lambda v, f: f.format(v) if v is not None else "—"  # noqa: E731
-    alpha = appstate.alpha_from_trace(trace)
-    measured = explain.measured_speedup(trace, regular)
-    costs = appstate.trace_costs(trace)
-    c = appstate.draft_cost_ratio(trace)
-    pred = appstate.predicted_speedup(trace, costs, cost_ratio=c if c is not None else 0.05)
-    top[0].metric("tokens/s", fmt(s.get("tokens_per_s"), "{:.1f}"), help="output tokens of all rows / wall time")
-    top[1].metric("measured speedup", fmt(measured, "{:.2f}x"),
-                  help="tokens/s over regular decoding of the same prompts, run right after (Race)")
-    top[2].metric("predicted speedup", fmt(pred, "{:.2f}x"),
-                  help=("fitted cost model; each row's own α and length, the batch running to its last row"
-                        if costs is not None else
-                        f"not calibrated yet: batch-1 formula with the measured α and c = {c or 0.05:.3f}"))
-    bottom[0].metric("α (per-position acceptance)", fmt(alpha, "{:.3f}"),
-                     help="accepted draft tokens / draft positions the target checked (defined below)")
-    bottom[1].metric("acceptance rate", fmt(s.get("acceptance_rate"), "{:.3f}"),
-                     help="accepted / drafted, counting the drafted tokens thrown away after a rejection")
-    bottom[2].metric("mean acceptance length", fmt(s.get("mean_acceptance_length"), "{:.2f}"),
-                     help="output tokens per row-step: accepted + the recovered or bonus token")
-    st.markdown(tokentext.ALPHA_DEFINITION + " " + tokentext.ACCEPTANCE_RATE_DEFINITION)
-    if cfg.get("mode") == "regular":
-        return
-    if measured is None and not trace.get("partial"):
-        st.caption("measured speedup: tick *Race against regular decoding* and run again to measure it.")
-    elif measured is not None and pred is not None:
-        reason = explain.gap_reason(measured, pred, alpha, c, explain.verify_ratio(trace, regular),
-                                    explain.ragged_tail(trace))
-        st.markdown(f"**Measured {measured:.2f}× vs predicted {pred:.2f}× ({measured - pred:+.2f}).** {reason}.")
-    if line := tokentext.draft_text(cfg, c):  # what this draft is: its size against the target's, its measured cost
-        st.caption(line)
-    exactness_line(trace, regular)
-
-
-def exactness_line(trace: dict, regular: dict | None) -> None:
-    """After a greedy run with its regular baseline: did speculation change the output?"""
-    if regular is None or trace.get("partial") or trace.get("config", {}).get("temperature", 0) != 0:
-        return
-    cache = st.session_state.setdefault("_exactness", {})
-    key = (id(trace), id(regular))
-    if key not in cache:
-        rows = appstate.divergence_rows(trace, regular)
-        if any(not r["match"] for r in rows):  # the margins need one target forward per diverged row
-            v = appstate.sidebar_values(st.session_state)
-            try:  # in the device process, where the run's target is loaded; without margins if it is busy
-                rows = appstate.ask("divergence", appstate.model_lock(), "the divergence margins", 30.0,
-                                    spec=trace, regular=regular, target=v["target"], device=v["device"],
-                                    dtype=v["dtype"])
-            except SpecvizError:
-                pass
-        cache.clear()
-        cache[key] = explain.exactness(rows)
-    ex = cache[key]
-    line = tokentext.exactness_text(ex, trace.get("config", {}).get("dtype", ""))
-    (st.success if not ex["diverged"] else st.warning)(line)
 
 
 def draw(trace: dict, decode, live: bool, regular: dict | None = None, with_charts: bool = True) -> None:
