@@ -24,11 +24,13 @@ from specviz.common import (EXIT_BAD_INPUT, EXIT_MISSING, EXIT_OUT_OF_MEMORY, EX
 def _config(a):
     from specviz.models.forwardoptions import ForwardOptions
     from specviz.runconfig import RunConfig
+    from specviz.prompts.sets import prompt_set
     from specviz.run import read_prompts
 
     prompts = list(a.prompt or [])
     if a.prompts:
         prompts += read_prompts(a.prompts)
+    prompts += prompt_set(a.prompt_set) if getattr(a, "prompt_set", None) else []
     cargs = {}
     for kv in a.controller_arg:
         key, sep, val = kv.partition("=")
@@ -42,6 +44,7 @@ def _config(a):
                      draft_confidence=a.draft_confidence, requests=getattr(a, "requests", None),
                      arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False),
                      tree_width=getattr(a, "tree_width", 1), tree_nodes=getattr(a, "tree_nodes", 16),
+                     suffix_corpus=getattr(a, "suffix_corpus", None),
                      cuda_graphs=bool(getattr(a, "cuda_graphs", False)) or ForwardOptions.from_env().cuda_graphs)
 
 

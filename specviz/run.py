@@ -17,6 +17,7 @@ import torch
 from specviz.engine.policies import COST_AWARE, UNCALIBRATED, make_controller
 from specviz.models.distilled import get_distilled_draft, is_distilled_draft
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
+from specviz.engine.suffix import SuffixDraft
 from specviz.engine.decoder import SpecDecoder
 from specviz.common import SpecvizError
 from specviz.models.devicemap import placement
@@ -99,6 +100,8 @@ def make_proposer(draft: str, target, stop_below: float = 0.0, options: ForwardO
     if spec == "ngram" or spec.startswith("ngram:"):
         n = int(spec.partition(":")[2] or 3)
         return NgramDraft(max_ngram=n, device=target.device)
+    if spec == "suffix":
+        return SuffixDraft(device=target.device)
     if spec == "default@bf16":
         loaded = get_model("default", str(target.device), "bfloat16")
     elif is_distilled_draft(spec):  # shares the target's input embedding, runs in the target's dtype
@@ -116,7 +119,20 @@ def load_pair(cfg: RunConfig):
     target = get_model(cfg.target, cfg.device, cfg.dtype, cfg.device_map)
     proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target, cfg.draft_confidence,
                                                                 forward_options(cfg))
+    corpus = Path(cfg.suffix_corpus).expanduser() if cfg.suffix_corpus else None
+    if corpus is not None and corpus.is_file() and getattr(proposer, "kind", None) == "suffix":
+        proposer.load_corpus(corpus, target.name, target.model.config.vocab_size)
     return target, proposer
+
+
+def save_suffix_corpus(cfg: RunConfig, target, proposer) -> Path | None:
+    """--suffix-corpus: the suffix draft's global structure after the run, written whole; None without one."""
+    if not cfg.suffix_corpus or getattr(proposer, "kind", None) != "suffix":
+        return None
+    try:
+        return proposer.save_corpus(Path(cfg.suffix_corpus).expanduser(), target.name)
+    except OSError as e:
+        raise SpecvizError(f"cannot write the suffix corpus {cfg.suffix_corpus}: {e.strerror or e}") from None
 
 
 def hardware_info(device: torch.device, dtype: torch.dtype) -> dict:
@@ -257,6 +273,7 @@ def iter_run(cfg: RunConfig, target, proposer, telemetry: bool = True,
         if sampler is not None:
             sampler.stop()
         session.trace = session.trace_so_far(time.perf_counter() - session.t_started)
+        save_suffix_corpus(cfg, target, proposer)  # what the finished requests taught it, stopped runs too
     yield session, None
 
 

@@ -47,6 +47,9 @@ class RunConfig:
     # CUDA graphs (issue 18): the target's and a model draft's forwards over a static KV cache,
     # replayed as graphs where the model is on CUDA (specviz.models.statickv; eager elsewhere).
     cuda_graphs: bool = False
+    # The suffix draft's global structure (specviz.engine.suffix): loaded from this file at the start when it
+    # exists; a run (not bench or sweep) writes it back at the end. None: it lives for the process only.
+    suffix_corpus: str | None = None
 
     def validate(self) -> None:
         """Reject bad input with one clear sentence (checked before anything loads)."""
@@ -109,4 +112,6 @@ class RunConfig:
             d.pop("cuda_graphs")
         if self.device_map == "none":  # one device: the config reads as before device maps
             d.pop("device_map")
+        if self.suffix_corpus is None:  # the config reads as before the suffix draft
+            d.pop("suffix_corpus")
         return d

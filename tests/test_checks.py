@@ -72,6 +72,11 @@ SHARED = [
     (["--controller", "tree", "--tree-width", "3", "--draft-length", "0"], "controller 'tree' needs --draft-length 1"),
     (["--controller", "tree", "--tree-width", "3", "--controller-arg", "knee=0"], "needs knee > 0 tokens"),
     (["--controller", "tree", "--tree-width", "3", "--controller-arg", "w_max=0"], "w_max must be >= 1"),
+    (["--suffix-corpus", "{d}/corpus.json"], "--suffix-corpus holds the suffix draft's global structure: give --draft"),
+    (["--draft", "suffix", "--suffix-corpus", "{d}"], "is a directory"),
+    (["--draft", "suffix", "--suffix-corpus", "/sys/corpus.json"], "cannot write to folder /sys"),
+    (["--draft", "suffix", "--draft-confidence", "0.5"], "the suffix draft has no confidence to stop on"),
+    (["--prompt-set", "poems"], "argument --prompt-set: invalid choice: 'poems'"),
 ]
 # calibrate replaces the prompts with its own and checks its own context, so these skip it
 PROMPTED = [

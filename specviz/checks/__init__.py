@@ -29,7 +29,8 @@ CHECKED = {
     **{d: "integer range" for d in INTS}, **{d: "finite number in range" for d in FLOATS},
     **{d: "comma-separated integers in range" for d in INT_LISTS},
     "target": "model SPEC: path exists and is a model; its context fits the run",
-    "draft": "draft SPEC: default, none, ngram[:N] or a model SPEC",
+    "draft": "draft SPEC: default, none, ngram[:N], suffix or a model SPEC",
+    "suffix_corpus": "only with --draft suffix; a file in a writable folder, not a directory",
     "peer_draft": "draft SPEC",
     "prompt": "some text; fits the context",
     "prompts": "a readable UTF-8 file of prompts (or JSONL), not a directory, not empty; fits the context",
@@ -57,6 +58,7 @@ NEEDS_NO_CHECK = {
     "no_freeform": "a switch: both values are valid",
     "no_compile": "a switch: both values are valid",
     "mode": "choices=: argparse refuses anything else in one line (OneLineParser)",
+    "prompt_set": "choices=: argparse refuses a name that is not a built-in set in one line (OneLineParser)",
     "dtype": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "kind": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "vllm_action": "choices=: argparse refuses anything else in one line (OneLineParser)",
@@ -156,7 +158,7 @@ def model_dir(spec: str, flag: str) -> Path | None:
 
 
 def check_draft(spec: str, flag: str) -> Path | None:
-    if spec in ("default", "none", "ngram", "default@bf16"):
+    if spec in ("default", "none", "ngram", "suffix", "default@bf16"):
         return None
     if spec.startswith("ngram:"):
         n = spec.partition(":")[2]
@@ -177,6 +179,7 @@ def _config_json(folder: Path | None) -> dict | None:
 
 def prompts_of(a) -> list[str]:
     from specviz.prompts.files import read_prompts
+    from specviz.prompts.sets import prompt_set
 
     prompts = list(a.prompt or [])
     for i, p in enumerate(prompts):
@@ -184,7 +187,7 @@ def prompts_of(a) -> list[str]:
             raise SpecvizError(f"prompt {i + 1} is empty: every prompt needs some text")
     if a.prompts:
         prompts += read_prompts(a.prompts)
-    return prompts
+    return prompts + (prompt_set(a.prompt_set) if getattr(a, "prompt_set", None) else [])
 
 
 def _token_lengths(folder: Path, prompts: list[str], raw: bool) -> list[int] | None:
@@ -309,15 +312,19 @@ def check_run_args(cmd: str, a) -> None:
     if a.mode == "regular" and (getattr(a, "tree_width", 1) > 1 or a.controller != "fixed"):
         raise SpecvizError("--mode regular drafts nothing, so --tree-width and --controller do not apply: drop them "
                            "or drop --mode regular")
-    if getattr(a, "draft_confidence", 0) and (a.draft == "ngram" or a.draft.startswith("ngram:") or a.draft == "none"):
+    if getattr(a, "draft_confidence", 0) and (a.draft.startswith("ngram") or a.draft in ("none", "suffix")):
         raise SpecvizError(f"--draft-confidence stops a model draft early; the {a.draft} draft has no confidence to "
                            "stop on: drop it, or use a model draft")
     if getattr(a, "static", False) and not getattr(a, "requests", None):
         raise SpecvizError("--static runs --requests as consecutive static batches: give --requests N as well")
+    if getattr(a, "suffix_corpus", None):
+        if a.draft != "suffix":
+            raise SpecvizError("--suffix-corpus holds the suffix draft's global structure: give --draft suffix too")
+        check_out_file(a.suffix_corpus, "--suffix-corpus")
     check_controller(a)
     prompts = prompts_of(a)
     if cmd != "calibrate" and not prompts:
-        raise SpecvizError("no prompts given: pass --prompt TEXT or --prompts FILE")
+        raise SpecvizError("no prompts given: pass --prompt TEXT, --prompts FILE or --prompt-set NAME")
     if cmd == "run" and a.out:
         check_out_file(a.out, "--out")
         if a.prompts and Path(a.out).expanduser().resolve() == Path(a.prompts).expanduser().resolve():

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from specviz.prompts.sets import SET_NAMES
+
 CONTROLLER_HELP = ("draft-length policy: fixed, heuristic, bass, bass-capped, table, analytic, goodput, or tree: "
                    "(depth k, width W, nodes N) per step, up to --draft-length, --tree-width and --tree-nodes, from the "
                    "calibrated costs and the running acceptance by depth x sibling rank (uncalibrated: an illustrative "
@@ -23,8 +25,8 @@ RUN_FLAGS = [
                           help="target model: default (the packaged SmolLM2-135M-Instruct), a hub id[@revision], a "
                                "local Hugging Face folder, or a .gguf file")),
         ("--draft", dict(default="default", metavar="SPEC",
-                         help="draft: default (picked for the target), ngram[:N] (prompt lookup), none, a distilled "
-                              "draft folder, or any model SPEC")),
+                         help="draft: default (picked for the target), ngram[:N] (prompt lookup), suffix (suffix "
+                              "decoding), none, a distilled draft folder, or any model SPEC")),
         ("--device", dict(default="auto", metavar="DEVICE", help="auto, cpu, cuda or cuda:N")),
         ("--dtype", dict(default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                          help="auto: bfloat16 on GPUs and on CPUs with fast bf16, else float32")),
@@ -40,6 +42,9 @@ RUN_FLAGS = [
                           help="one prompt (quote it); repeat the flag for more prompts")),
         ("--prompts", dict(metavar="FILE", help="a file of prompts: one per line, or JSONL with a \"prompt\" key; "
                                                 "cycled when the batch is larger")),
+        ("--prompt-set", dict(metavar="NAME", choices=list(SET_NAMES),
+                              help="a built-in prompt set, after any --prompt and --prompts: "
+                                   + ", ".join(SET_NAMES) + " (the predictable ones: edit-code to multi-turn)")),
         ("--raw-prompt", dict(action="store_true", help="do not apply the tokenizer's chat template")),
         ("--max-new-tokens", dict(type=int, default=64, metavar="N",
                                   help="new tokens per row; a prompt + max new tokens + draft length past the model's "
@@ -63,6 +68,10 @@ RUN_FLAGS = [
         ("--tree-nodes", dict(type=int, default=16, metavar="N",
                               help="with --tree-width > 1: draft nodes kept per row (the best by draft probability); "
                                    "with --controller tree the most nodes")),
+        ("--suffix-corpus", dict(metavar="FILE",
+                                 help="with --draft suffix: the global suffix structure (earlier requests' outputs), "
+                                      "loaded at the start when the file exists; run saves it at the end (written "
+                                      "whole), bench and sweep only read it")),
     ]),
     ("sampling", [
         ("--temperature", dict(type=float, default=0.0, metavar="T", help="0 = greedy")),
