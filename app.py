@@ -32,12 +32,12 @@ with st.sidebar:
     st.text_input("Target SPEC", key="target",
                   help="`default` (packaged SmolLM2-135M-Instruct), a hub id[@revision], a local HF directory, or a .gguf file")
     # Option texts short enough for the sidebar's width (longer ones were cut off); the help says the rest.
-    st.selectbox("Draft", ["default", "ngram", "none", "model"], key="draft_kind",
-                  format_func={"default": "default", "ngram": "n-grams (prompt lookup)",
-                               "none": "none (regular)", "model": "a model SPEC…"}.get,
+    st.selectbox("Draft", ["default", "ngram", "suffix", "none", "model"], key="draft_kind",
+                  format_func=appstate.DRAFT_KINDS.get,
                   help="`default` = the best cheap draft measured for the target: the shipped distilled draft for "
                        "the packaged target in bf16, the target itself in bf16 when it runs in fp32, else "
-                       "prompt-lookup n-grams. `none` = regular decoding.")
+                       "prompt-lookup n-grams. `suffix` = suffix decoding: continuations of this request and of "
+                       "earlier outputs, no model. `none` = regular decoding.")
     if st.session_state.get("draft_kind") == "model":
         st.text_input("Draft model SPEC", key="draft_spec", placeholder="org/name, a directory or a .gguf file")
     c1, c2 = st.columns(2)
@@ -66,7 +66,7 @@ with st.sidebar:
                        f"{target['dtype']} on {target['device']}")
             if st.session_state.get("draft_kind") == "model" and not draft:
                 st.warning("enter a draft model SPEC")
-            elif draft not in ("none", "ngram", "default"):
+            elif draft not in appstate.MODEL_FREE_DRAFTS:
                 with st.spinner(f"loading draft {draft}…"):
                     problem = appstate.pair_problem(v["target"], draft, v["device"], v["dtype"])
                 if problem:

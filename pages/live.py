@@ -41,6 +41,23 @@ def load_prompt_set():
 
 st.title("Live batched speculative decoding")
 
+
+def pair_caption() -> None:
+    """Which pair this page runs (the sidebar's choice), with the target's size once the device said it."""
+    try:
+        v, draft = appstate.sidebar_values(st.session_state), appstate.draft_spec(st.session_state)
+    except SpecvizError:
+        return  # the sidebar already said why
+    facts = appstate.loaded_target()
+    target = (f"**{md_escape(facts['name'])}** ({facts['num_params'] / 1e6:.0f}M parameters, {facts['dtype']} on "
+              f"{facts['device']})" if facts else f"**{md_escape(v['target'])}**")
+    kind = st.session_state.get("draft_kind", "default")
+    what = f"**{md_escape(draft)}**" if kind == "model" else f"**{appstate.DRAFT_KINDS.get(kind, kind)}**"
+    st.caption(f"Target {target}, draft {what}: change them in the sidebar.")
+
+
+pair_caption()
+
 # ---- controls ------------------------------------------------------------------------------------
 c1, c2, c3 = st.columns(3)
 with c1:
@@ -97,7 +114,7 @@ if start:
         if not cfg.prompts:
             raise SpecvizError("no prompts: write at least one prompt (one per line)")
         cfg.validate()
-        if cfg.mode == "speculative" and cfg.draft not in ("default", "ngram"):
+        if cfg.mode == "speculative" and cfg.draft not in appstate.MODEL_FREE_DRAFTS:
             if not cfg.draft:
                 raise SpecvizError("choose a draft: enter a draft model SPEC in the sidebar")
             problem = appstate.pair_problem(cfg.target, cfg.draft, cfg.device, cfg.dtype)

@@ -113,6 +113,16 @@ def test_live_run_on_default_model_fills_every_chart():
     assert {b.proto.label for b in at.get("download_button")} >= {"Trace (JSON)", "Tables (CSV zip)"}
 
 
+def test_live_names_the_sidebars_pair_and_runs_the_suffix_draft_chosen_there():
+    at = new_app(draft_kind="suffix")
+    caption = " ".join(c.value for c in at.caption if c.value.startswith("Target ")).replace("\\", "")  # markdown escapes
+    assert "SmolLM2-135M-Instruct" in caption and "135M parameters" in caption, caption
+    assert "suffix (earlier output)" in caption, caption
+    run = finish(at, start_live_run(at, draft="suffix", prompts="Repeat: one two three one two three"))
+    assert run.status == "done", run.error
+    assert at.session_state[appstate.TRACE_KEY]["config"]["draft"] == "suffix" and not errors(at)
+
+
 def test_trace_survives_a_page_switch_and_every_page_shows_it():
     at = new_app()
     finish(at, start_live_run(at, max_new=4))

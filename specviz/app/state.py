@@ -33,6 +33,12 @@ RUN_KEY = "live_run"
 BANNER_POLL_S = 5.0  # how often another page's run banner polls the run (its heartbeat)
 
 
+# The sidebar's draft kinds (short enough for its width) and the drafts that load no model of their own.
+DRAFT_KINDS = {"default": "default", "ngram": "n-grams (prompt lookup)", "suffix": "suffix (earlier output)",
+               "none": "none (regular)", "model": "a model SPEC…"}
+MODEL_FREE_DRAFTS = ("none", "ngram", "suffix", "default")
+
+
 def draft_spec(state) -> str:
     """The draft SPEC from the sidebar: default, ngram, none, or a model SPEC. SpecvizError when this
     bind may not load it (specviz.app.exposure): every run and job reads its draft here."""
