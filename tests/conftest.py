@@ -9,6 +9,9 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, os.path.dirname(__file__))  # tests import their fakes as a plain module
 os.environ.setdefault("SPECVIZ_WORKER_JOBS", "workerfakes")  # the decode worker registers the stand-in jobs
+# No test reaches a model hub (weights come from the package or are built): the device process, which
+# inherits this environment, then refuses an uncached hub id at once instead of waiting on the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 import pytest  # noqa: E402
