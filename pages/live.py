@@ -171,7 +171,8 @@ def draw(trace: dict, decode, live: bool, regular: dict | None = None, with_char
     if with_charts:
         draw_charts(trace, decode, live)
     st.subheader("Generated text")
-    st.caption("Colours as in *What the words mean* at the top: accepted, recovered, bonus.")
+    st.caption("Colours as in *What the words mean* at the top: accepted, recovered, bonus. "
+               + tokentext.model_note(cfg))
     rows = tokentext.token_html(trace, decode, max_rows=16)
     st.markdown("".join(f"<p><b>row {i}</b> {h}</p>" for i, h in rows), unsafe_allow_html=True)
     if len(trace.get("sequences", [])) > 16:

@@ -274,3 +274,8 @@ def test_batch_sizes_with_the_same_predicted_curve_share_one_line_and_legend_ent
     names = [t.name for t in fig.data]
     assert names == ["b=1, 2, 4 (model)", "b=32 (model)", "measured"]
     assert list(fig.data[-1].text) == ["b=2"]  # the measured point says which batch size it is
+
+
+def test_the_text_note_names_the_targets_size_and_says_answers_can_be_wrong():
+    assert "a 135M-parameter model" in tokentext.model_note({"target_params": 134_515_008})
+    assert "the target model" in tokentext.model_note({}) and "can be wrong" in tokentext.model_note({})

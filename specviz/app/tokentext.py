@@ -150,6 +150,14 @@ def draft_text(cfg: dict, c: float | None) -> str:
     return f"**What is this draft:** {name}{end}" if name else ""
 
 
+def model_note(cfg: dict) -> str:
+    """Under the generated text: whose text it is, and that a small model's answers can be wrong."""
+    params = cfg.get("target_params")
+    who = f"a {params / 1e6:,.0f}M-parameter model" if isinstance(params, (int, float)) and params > 0 else "the target model"
+    return (f"This text is what {who} generated, and its answers can be wrong: specviz shows how a model "
+            "decodes, not what it knows.")
+
+
 def exactness_text(ex: dict, dtype: str = "") -> str:
     """The exactness line from analysis.explain.exactness: n/N rows identical, and for the others
     where they diverged and the regular run's logit margin there."""
