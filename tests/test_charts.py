@@ -279,3 +279,12 @@ def test_batch_sizes_with_the_same_predicted_curve_share_one_line_and_legend_ent
 def test_the_text_note_names_the_targets_size_and_says_answers_can_be_wrong():
     assert "a 135M-parameter model" in tokentext.model_note({"target_params": 134_515_008})
     assert "the target model" in tokentext.model_note({}) and "can be wrong" in tokentext.model_note({})
+
+
+def test_a_run_on_a_busy_machine_says_so_and_an_idle_one_says_nothing():
+    from specviz.app.headline import machine_busy
+
+    idle, busy = {"host_load": {"other_cores": 0.1, "cpus": 2}}, {"host_load": {"other_cores": 1.2, "cpus": 2}}
+    assert machine_busy(idle, idle) is None and machine_busy({}, None) is None
+    said = machine_busy(idle, busy)
+    assert said == "other processes kept 1.2 of 2 cores busy during the regular run", said

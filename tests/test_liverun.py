@@ -131,6 +131,9 @@ def test_race_runs_regular_decoding_on_the_same_prompts_in_the_same_worker(runs)
     # greedy fp32 on one model: speculation does not change the text
     assert [s["output_token_ids"] for s in spec["sequences"]] == [s["output_token_ids"] for s in reg["sequences"]]
     assert all(r["drafted"] == 0 for st in reg["steps"] for r in st["rows"])
+    # each run says how busy the rest of the machine was meanwhile (None: too short to tell)
+    for t in (spec, reg):
+        assert set(t["host_load"]) == {"other_cores", "cpus"} and t["host_load"]["cpus"] >= 1, t["host_load"]
 
 
 def test_three_sessions_queue_in_order_and_each_sees_only_its_own_run(runs):

@@ -20,6 +20,7 @@ server, which holds no torch). Only the worker imports this module.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Callable
 
@@ -70,6 +71,18 @@ def run(ctx, cfg, race: bool = False, loader: Callable | None = None, runner: Ca
 
 
 def _decode(ctx, runner, cfg, target, proposer, record: bool) -> dict:
+    """One run, its steps sent as they come; the trace with ``host_load``: how many cores processes other
+    than this one and the server that shows it kept busy meanwhile (specviz.measure.hostload)."""
+    from specviz.measure.hostload import OtherLoad
+
+    with OtherLoad("this run", also=(os.getppid(),)) as load:
+        trace = _steps(ctx, runner, cfg, target, proposer, record)
+    if trace is not None:
+        trace["host_load"] = {"other_cores": load.cores, "cpus": load.cpus}
+    return trace
+
+
+def _steps(ctx, runner, cfg, target, proposer, record: bool) -> dict:
     trace, started, n_samples = None, False, 0
     for session, rec in runner(cfg, target, proposer):
         if rec is None:

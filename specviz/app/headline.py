@@ -9,6 +9,7 @@ import streamlit as st
 from specviz.analysis import explain
 from specviz.app import state as appstate, tokentext
 from specviz.common import SpecvizError
+from specviz.measure.hostload import is_busy
 
 
 def headline(trace: dict, regular: dict | None) -> None:
@@ -40,6 +41,9 @@ def headline(trace: dict, regular: dict | None) -> None:
         return
     if measured is None and not trace.get("partial"):
         st.caption("measured speedup: tick *Race against regular decoding* and run again to measure it.")
+    busy = machine_busy(trace, regular)
+    if measured is not None and busy:  # the method is not to blame for a machine that was busy
+        st.warning(f"Measured {measured:.2f}×, but {busy}: the comparison is unreliable. Run again on an idle machine.")
     elif measured is not None and pred is not None:
         reason = explain.gap_reason(measured, pred, alpha, c, explain.verify_ratio(trace, regular),
                                     explain.ragged_tail(trace))
@@ -70,3 +74,15 @@ def exactness_line(trace: dict, regular: dict | None) -> None:
     ex = cache[key]
     line = tokentext.exactness_text(ex, trace.get("config", {}).get("dtype", ""))
     (st.success if not ex["diverged"] else st.warning)(line)
+
+
+def machine_busy(trace: dict, regular: dict | None) -> str | None:
+    """How busy other processes kept the machine during the run or its race, when enough to distort the
+    speedup (the device process measures it; the server drawing the run counts as the run's own)."""
+    said = []
+    for what, t in (("the speculative run", trace), ("the regular run", regular)):
+        load = (t or {}).get("host_load") or {}
+        cores, cpus = load.get("other_cores"), load.get("cpus") or 1
+        if is_busy(cores, cpus):
+            said.append(f"other processes kept {cores:.1f} of {cpus} cores busy during {what}")
+    return "; ".join(said) or None
