@@ -24,6 +24,7 @@ INTS = {
     "requests": (1, None),  # run's request queue (issue 17); None = the batch size
     "tree_width": (1, None), "tree_nodes": (1, None),  # token trees (issue 16)
     "port": (0, 65535), "max_model_len": (16, None), "max_num_seqs": (1, MAX_ROWS),  # vllm serve (issue 20)
+    "serve_batch": (1, MAX_ROWS),  # tune
 }
 # dest: (interval as written in the message, low, low included, high, high included); None = unset is fine
 FLOATS = {
@@ -36,6 +37,11 @@ FLOATS = {
     "gen_budget_min": ("positive minutes", 0.0, False, math.inf, False),
     "time_budget_min": ("positive minutes", 0.0, False, math.inf, False),
     "startup_timeout": ("positive seconds", 0.0, False, math.inf, False),
+    # tune: the /metrics window and entered costs
+    "window": ("positive seconds", 0.0, False, math.inf, False),
+    "target_step_ms": ("positive milliseconds", 0.0, False, math.inf, False),
+    "draft_cost_ratio": ("0 or more", 0.0, True, math.inf, False),
+    "knee_tokens": ("positive tokens", 0.0, False, math.inf, False),
 }
 INT_LISTS = {"batch_sizes": 1, "draft_lengths": 1, "eval_ks": 1}  # dest: lowest value
 

@@ -1,5 +1,4 @@
-"""Command line: ``specviz run|bench|calibrate|sweep|distill|vllm ...`` (or ``python -m specviz``;
-DESIGN.md, "CLI (stable contract)"; docs/cli.md).
+"""Command line: ``specviz run|bench|calibrate|sweep|distill|vllm|tune ...`` (``python -m specviz``; docs/cli.md).
 
 User mistakes end as one line on stderr, never a traceback, and an exit status that says which kind
 of ending it was (specviz.common's EXIT_* constants: bad input, missing resource, out of memory, signal).
@@ -359,6 +358,7 @@ def _main(argv=None) -> int:
 
     from specviz.checks import check_args
     from specviz.distill.command import cmd_distill
+    from specviz.peers.tunecmd import cmd_tune
 
     # our errors say what went wrong in one line; transformers' warnings and load bars only add noise,
     # and our own warnings print as one line too, not with the source line that raised them
@@ -375,7 +375,7 @@ def _main(argv=None) -> int:
     try:
         check_args(a.cmd, a)  # every flag and file, before any model loads
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep,
-                "distill": cmd_distill, "vllm": cmd_vllm}[a.cmd](a)
+                "distill": cmd_distill, "vllm": cmd_vllm, "tune": cmd_tune}[a.cmd](a)
     except OutOfMemory as e:  # refused before loading: the weights would not fit
         print(f"specviz: error: {e}", file=sys.stderr)
         return EXIT_OUT_OF_MEMORY

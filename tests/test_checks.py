@@ -91,7 +91,10 @@ QUEUED = [
     (["--arrival-rate", "nan"], "arrival rate must be 0"),
 ]
 BASE = {"run": ["--prompt", "hi"], "bench": ["--prompt", "hi"], "calibrate": [],
-        "sweep": ["--prompt", "hi", "--out-dir", "{d}/sweep"], "distill": ["--out", "{d}/draft"], "vllm": ["serve", "--port", "0"]}
+        "sweep": ["--prompt", "hi", "--out-dir", "{d}/sweep"], "distill": ["--out", "{d}/draft"], "vllm": ["serve", "--port", "0"],
+        "tune": []}
+SERVER = ["--metrics-url", "127.0.0.1:9"]  # tune: its checks never fetch; with entered costs:
+ENTERED = SERVER + ["--target-step-ms", "20", "--draft-cost-ratio", "0.1"]
 OWN = {
     "run": [
         (["--out", "{d}/no-such-folder/t.json"], "does not exist"),
@@ -196,11 +199,36 @@ OWN = {
         (["--startup-timeout", "nan"], "startup timeout must be positive seconds"),
         (["stop"], "unrecognized arguments: stop"),
     ],
+    "tune": [  # no model: where the acceptance and the costs come from, and the names it writes
+        ([], "give one of --trace TRACE.json, --sweep DIR or --metrics-url URL"),
+        (["--trace", "{d}/missing.json"], "missing.json: no such file or folder"),
+        (["--trace", "{d}"], "is a directory: give a trace file"),
+        (["--trace", "{d}/notes.txt", "--sweep", "{d}"], "give only one of --trace, --sweep and --metrics-url"),
+        (["--sweep", "{d}"], "is not a sweep folder (no sweep.csv"),
+        (["--metrics-url", "ftp://host/metrics"], "not an http(s) address"),
+        (SERVER, "no costs for this pair: give --calibration FILE"),
+        (ENTERED + ["--window", "0"], "window must be positive seconds"),
+        (SERVER + ["--calibration", "{d}/notes.txt"], "is not a calibration record"),
+        (ENTERED + ["--calibration", "{d}/notes.txt"], "give --calibration or entered costs"),
+        (SERVER + ["--target-step-ms", "20"], "--target-step-ms and --draft-cost-ratio go together"),
+        (SERVER + ["--target-step-ms", "0", "--draft-cost-ratio", "0.1"], "target step ms must be positive"),
+        (SERVER + ["--target-step-ms", "20", "--draft-cost-ratio", "-1"], "draft cost ratio must be 0 or more"),
+        (ENTERED + ["--knee-tokens", "nan"], "knee tokens must be positive tokens"),
+        (ENTERED + ["--batch-sizes", "0,4"], "--batch-sizes must be comma-separated integers from 1"),
+        (ENTERED + ["--serve-batch", "0"], "serve batch must be at least 1"),
+        (ENTERED + ["--k-max", "0"], "k max must be at least 1"),
+        (ENTERED + ["--k-max", "99"], "tune considers drafts of at most 32 tokens"),
+        (ENTERED + ["--vllm-version", "latest"], "is not a version number"),
+        (ENTERED + ["--engine", "tgi"], "argument --engine: invalid choice"),
+        (ENTERED + ["--draft", "none"], "--draft names the draft the settings are for"),
+        (ENTERED + ["--draft", "ngram:0"], "--draft ngram:N wants N from 1 to 64"),
+    ],
 }
 
 
 # What names something not on this machine exits EXIT_MISSING; every other mistake EXIT_BAD_INPUT.
-MISSING = ("model not found", "model file not found", "prompts file not found", "no such file or folder")
+MISSING = ("model not found", "model file not found", "prompts file not found", "no such file or folder",
+           "no costs for this pair")
 
 
 def cases():

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLI_MD = ROOT / "docs" / "cli.md"
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*(?:\.[a-zA-Z]+)*")  # with Streamlit's --section.option
 # a command line in a document: `specviz SUB ...` or `python -m specviz SUB ...`, up to the end of its code span or line
-COMMAND = re.compile(r"(?:python -m specviz|(?<![\w.-])specviz) (run|bench|calibrate|sweep|distill|vllm)\b([^`\n]*)")
+COMMAND = re.compile(r"(?:python -m specviz|(?<![\w.-])specviz) (run|bench|calibrate|sweep|distill|vllm|tune)\b([^`\n]*)")
 RUN_LIKE = ("run", "bench", "calibrate", "sweep")
 # Flags of other programs the README names (setup.sh, Streamlit), never specviz's.
 OTHER_TOOLS = {"--browser", "--vllm", "--server.address", "--server.allowedHosts"}

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from specviz.bounds import FLOATS, INT_LISTS, INTS, MAX_ROWS, check_numbers, int_list  # noqa: F401 (the pass's API)
+from specviz.checks.tuneflags import TUNE_CHECKED, TUNE_NO_CHECK, check_tune_args
 from specviz.common import EXIT_BAD_INPUT, MissingResource, SpecvizError
 
 CHECKED = {
@@ -47,6 +48,7 @@ CHECKED = {
     "vocab_from": "a distilled draft's folder (its draft file is there)",
     "init_from": "a distilled draft's folder (its draft file is there)",
     "json": "bench: a switch, refused with --peer vllm (whose table is vLLM's own)",
+    **TUNE_CHECKED,
 }
 NEEDS_NO_CHECK = {
     "help": "argparse prints the help",
@@ -63,6 +65,7 @@ NEEDS_NO_CHECK = {
     "kind": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "vllm_action": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "peer": "choices=; --peer vllm's draft and temperature: specviz.peers.bench.check_peer, before any load",
+    **TUNE_NO_CHECK,
 }
 RUN_COMMANDS = ("run", "bench", "calibrate", "sweep")
 DEFAULT_CONTEXT = 8192  # SmolLM2-135M-Instruct (the packaged GGUF's llama.context_length) before its first conversion
@@ -386,3 +389,5 @@ def check_args(cmd: str, a) -> None:
         from specviz.peers.server import check_serve
 
         check_serve(a, model_dir(a.target, "--target"), check_draft(a.draft, "--draft"))
+    elif cmd == "tune":  # no model: the acceptance source, the costs, the names it writes
+        check_tune_args(a)

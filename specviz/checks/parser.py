@@ -9,6 +9,7 @@ import textwrap
 
 from specviz.checks import OneLineParser
 from specviz.checks.runflags import DESTS, add_run_args
+from specviz.checks.tuneflags import add_tune_args
 from specviz.common import EXIT_BAD_INPUT, EXIT_MISSING, EXIT_OK, EXIT_OUT_OF_MEMORY, EXIT_SIGNAL_BASE
 
 # What calibrate and sweep read of the run flags; the rest are left out of their parsers (specviz.checks.runflags).
@@ -48,6 +49,8 @@ SWEEP_EXAMPLES = ["specviz sweep --prompts bench/prompts.txt --draft ngram --bat
 DISTILL_EXAMPLES = ["specviz distill --target default --out my-draft --samples 2000 --steps 3000",
                     "specviz distill --target default --out my-feature-draft --kind feature --prompts mixed "
                     "--text /usr/share/doc/python3-doc --time-budget-min 60"]
+TUNE_EXAMPLES = ["specviz tune --trace trace.json --engine vllm --vllm-version 0.32.0 --batch-sizes 1,4,16",
+                 "specviz tune --metrics-url http://127.0.0.1:8000 --window 60 --calibration cal.json --draft ngram"]
 VLLM_EXAMPLES = ["specviz vllm serve --target default --draft ngram --draft-length 4",
                  "specviz vllm serve --target default --port 0 --no-compile"]
 TOP_EPILOG = f"""exit status:
@@ -131,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
         "vllm serve: vLLM's OpenAI-compatible server (from .venv-vllm) on a loopback port, with our model SPECs "
         "and draft names mapped to vLLM's options; waits for its health check, and stops it on exit, Ctrl-C or "
         "SIGTERM. The app's Server page reads its /metrics.", VLLM_EXAMPLES))
+    add_tune_args(add_subcommand(
+        sub, "tune", "recommend k per batch size and write it in vLLM's, SGLang's, llama.cpp's or transformers' form",
+        "From measured acceptance per position (a trace, a sweep, or a vLLM server's /metrics over a window) and the "
+        "costs (a calibration, or entered numbers), recommend the draft length per batch size by predicted goodput, "
+        "with its uncertainty from the sample size; say where speculation should be off; show the oracle bound (the "
+        "best k per step in hindsight) for a trace; and print one engine's settings, a vLLM config as one JSON object. "
+        "Loads no model.", TUNE_EXAMPLES))
     return p
 
 
