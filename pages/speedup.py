@@ -1,5 +1,6 @@
 """Speedup model: the analytic speedup of speculative decoding vs k and batch size. It opens on
-the last run's b, k, α and c, with that run's measured point (and the sweep's) on the curves."""
+the last run's b, k, α and c, with that run's measured point (and the sweep's) on the curves, and
+recommends k per batch size for that run, in a serving engine's own settings (``specviz tune``)."""
 
 import html
 
@@ -10,6 +11,11 @@ from specviz.analysis.costs import synthetic_calibrations, trace_calibration
 from specviz.analysis.explain import batch_gain_reason, measured_speedup
 from specviz.app import modelcharts, state as appstate, tokentext
 from specviz.app.safetext import md_escape
+from specviz.analysis.engineconfig import ENGINES
+from specviz.common import SpecvizError
+from specviz.peers import tune
+
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp", "transformers": "transformers"}
 
 appstate.init_state()
 st.title("Speedup model")
@@ -120,6 +126,44 @@ left.plotly_chart(modelcharts.optimal_k_curve(all_b, [an.optimal_k(bb, alpha, co
 ks = list(range(K_MAX + 1))
 right.plotly_chart(modelcharts.bk_heatmap(BATCHES, ks, [[speedup(bb, kk) for kk in ks] for bb in BATCHES],
                                           title="Predicted speedup by (b, k)"), key="bk_heatmap")
+
+# Recommend: `specviz tune`'s answer for this trace (specviz.peers.tune), with one engine's settings
+st.subheader("Recommend")
+try:
+    parts = tune.trace_parts(trace) if trace is not None else None
+except SpecvizError:
+    parts = None
+if parts is None:
+    st.caption("Run (or upload) a speculative trace: the recommendation reads its acceptance per position.")
+else:
+    note = ("the pair's calibration" if cal is not None else
+            f"the illustrative roofline above (a target step = 1 unit, draft cost ratio c = {c:.3f}, knee N* = {knee})")
+    inputs = tune.Inputs(**{name: parts[name] for name in ("acceptance", "counts", "steps", "draft", "serve_batch",
+                                                  "tree_bounds", "source")}, costs_at=costs_at, costs_note=note,
+                         unit="tokens/s" if cal is not None else "tokens per target step")
+    r1, r2 = st.columns(2)
+    engine = r1.selectbox("engine", ENGINES, key="sp_rec_engine", format_func=ENGINE_NAMES.get)
+    inputs.vllm_version = r2.text_input("vLLM version", key="sp_rec_vllm", placeholder="0.32.0",
+                                        help="from 0.24.0 on the settings carry a per-batch-size schedule") or None
+    ans = tune.answer(inputs, engine)
+    st.dataframe([{"batch size": x["batch_size"], "k": "off" if x["off"] else str(x["k"]),
+                   f"goodput ({inputs.unit})": round(x["goodput"], 2),
+                   "90% interval": "-" if not x["interval"] else f"{x['interval'][0]:.2f} – {x['interval'][1]:.2f}",
+                   "speedup": f"{x['speedup']:.2f}x", "P(k best)": x["p_best"]} for x in ans["recommendations"]],
+                 hide_index=True)
+    s = ans["statistics"] or {}
+    st.caption(f"From {s.get('rounds', 0)} rounds; costs: {md_escape(note)}. Acceptance per position "
+               + " ".join(f"{p:.2f}" for p in s.get("acceptance_per_position", [])) + "; zero-accept rounds "
+               + (f"{s['zero_accept_rate']:.0%}" if s.get("zero_accept_rate") is not None else "–")
+               + ", drafted tokens wasted "
+               + (f"{s['wasted_draft_share']:.0%}" if s.get("wasted_draft_share") is not None else "–") + ". "
+               + (f"Speculation off at batch size {', '.join(map(str, ans['off_at']))}. " if ans["off_at"] else "")
+               + (f"Oracle bound (best k per step in hindsight): {ans['oracle']['oracle']:.2f} vs the best fixed "
+                  f"k = {ans['oracle']['best_fixed_k']}: {ans['oracle']['best_fixed']:.2f}." if ans["oracle"] else ""))
+    settings = ans["settings"]
+    if settings["text"]:
+        st.code(settings["text"], language="json" if settings["text"].startswith("{") else "bash")
+    st.caption(md_escape(settings["explanation"]))
 
 # k*(b) at a BASS-like scale: a random-weight 7B-shaped target's measured costs (bench/gpu_check.sh on a
 # GPU, or bench/gpu_synthetic.py calibrate), with this page's α, next to the pair above
