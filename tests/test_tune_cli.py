@@ -147,3 +147,49 @@ def test_a_vllm_servers_metrics_over_a_window_give_its_schedule(capsys):
                      "num_speculative_tokens_per_batch_size": schedule}
     assert schedule[0] == [1, schedule[0][1], 4] and schedule[-1][2] == 0  # all 4 drafted at batch 1; off at 64
     assert any("settings assume ngram" in n for n in ans["notes"])
+
+
+def calibration_record():
+    from specviz.analysis.analytic import CostModel
+    from specviz.analysis.costs import Calibration
+
+    return Calibration(target="t", draft="d", device="cpu", dtype="torch.bfloat16",
+                       target_cost=CostModel(0.002, 0.018, 0.0003), draft_cost=CostModel(0.0005, 0.0005, 0.00002),
+                       overhead={"1": 0.001, "8": 0.002}, residuals={}, samples={}, created="2026-01-01T00:00:00Z")
+
+
+def test_a_sweep_folder_gives_its_median_alpha_calibration_and_measured_best_k(tmp_path, capsys):
+    import csv
+
+    from specviz.analysis.tune import recommend_k
+
+    cal = calibration_record()
+    cells = [{"batch_size": b, "draft_length": k, "alpha": a, "measured_speedup": 1.0}
+             for b, k, a in [(1, 2, 0.5), (1, 4, 0.7), (8, 2, 0.6), (8, 4, 0.8)]]
+    with open(tmp_path / "sweep.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(cells[0]))
+        w.writeheader()
+        w.writerows(cells)
+    (tmp_path / "sweep.json").write_text(json.dumps({
+        "calibration": cal.to_json(), "config": {"draft": "ngram"},
+        "summary": {"per_batch_size": {"1": {"measured_best_k": 4}, "8": {"measured_best_k": 2}}}}))
+    code, out, err = run(capsys, "--sweep", tmp_path, "--batch-sizes", "1,8", "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    assert ans["acceptance"]["alpha"] == pytest.approx(0.65) and not ans["acceptance"]["counted"]
+    assert ans["measured_best"] == {"1": 4, "8": 2} and ans["serve"]["batch_size"] == 8
+    assert [c["interval"] for c in ans["recommendations"]] == [None, None]
+    assert [c["k"] for c in ans["recommendations"]] == [recommend_k(Acceptance.from_alpha(0.65), cal.costs(b), b).k
+                                                        for b in (1, 8)]
+    assert ans["costs"].startswith("the pair's calibration (t + d, cpu, torch.bfloat16")
+
+
+def test_a_calibration_file_from_another_machine_sets_the_costs(trace_path, tmp_path, capsys):
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(calibration_record().to_json()))
+    code, out, err = run(capsys, "--trace", trace_path, "--calibration", path, "--batch-sizes", "1", "--json")
+    assert code == 0, err
+    ans = json.loads(out)
+    expected = recommend(Acceptance.from_counts(position_counts(load_json(trace_path)["steps"])),
+                         calibration_record().costs, [1])
+    assert ans["costs"].startswith(f"calibration {path}") and ans["recommendations"][0]["k"] == expected[0].k

@@ -38,7 +38,9 @@ def read_trace(path: str) -> dict:
 
 def from_trace(a, notes: list[str]) -> dict:
     trace = read_trace(a.trace)
-    return {**trace_parts(trace, f"--trace {a.trace}"), "calibration": trace_calibration(trace)}
+    parts = trace_parts(trace, f"--trace {a.trace}")
+    parts["source"]["where"] = a.trace
+    return {**parts, "calibration": trace_calibration(trace)}
 
 
 def from_sweep(a, notes: list[str]) -> dict:
