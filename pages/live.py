@@ -123,7 +123,8 @@ if start:
     except SpecvizError as e:
         st.error(str(e))
     else:
-        run = appstate.start_run(cfg, appstate.model_lock(), race=bool(st.session_state.get("race")))
+        run = appstate.start_run(cfg, appstate.model_lock(), race=bool(st.session_state.get("race")),
+                                 session=appstate.session_id())
         st.session_state[appstate.RUN_KEY] = run
         running = True
         time.sleep(0.05)  # let the worker take the lock (or find it taken) before the first draw

@@ -43,6 +43,9 @@ def trace_config(cfg: RunConfig, target=None, proposer=None) -> dict:
         d.update({f"target_{k}": v for k, v in _model_facts(target).items()})
     if proposer is not None:
         d["draft_name"] = proposer.name
+        if getattr(proposer, "kind", None) == "suffix":  # what the global structure held when the run started
+            d["suffix_corpus_tokens"] = proposer.corpus.tokens
+            d["suffix_corpus_requests"] = proposer.corpus.requests
         d.update({f"draft_{k}": v for k, v in _model_facts(getattr(proposer, "loaded", None), target).items()})
     return d
 

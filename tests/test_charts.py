@@ -288,3 +288,10 @@ def test_a_run_on_a_busy_machine_says_so_and_an_idle_one_says_nothing():
     assert machine_busy(idle, idle) is None and machine_busy({}, None) is None
     said = machine_busy(idle, busy)
     assert said == "other processes kept 1.2 of 2 cores busy during the regular run", said
+
+
+def test_the_suffix_drafts_line_says_what_it_learnt_from_earlier_runs():
+    first = tokentext.draft_text({"draft_name": "suffix", "suffix_corpus_tokens": 0, "suffix_corpus_requests": 0}, None)
+    later = tokentext.draft_text({"draft_name": "suffix", "suffix_corpus_tokens": 1234, "suffix_corpus_requests": 4}, None)
+    assert "knew nothing from earlier runs" in first
+    assert "started knowing 1,234 tokens from 4 earlier requests" in later

@@ -313,3 +313,18 @@ def test_the_decode_worker_exits_soon_after_its_server_is_killed():
     finally:
         if alive():
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_suffix_draft_learns_across_the_runs_of_one_page_session_only(runs, monkeypatch):
+    monkeypatch.setattr(deviceclient, "RUN_JOB", "run")  # the real job: the default target and the suffix draft
+    cfg = dataclasses.replace(config(24), draft="suffix", prompts=["Repeat: one two three four five six seven"])
+
+    def learnt(session):
+        run = LiveRun(cfg=cfg, lock=threading.Lock(), session=session).start()
+        poll_until_done(run)
+        assert run.status == "done", run.error
+        return run.trace["config"]["suffix_corpus_tokens"], run.trace["summary"]["acceptance_rate"]
+
+    first, again, other = learnt("session-a"), learnt("session-a"), learnt("session-b")
+    assert first[0] == 0 and again[0] > 0 and other[0] == 0  # the second run of a session starts knowing the first
+    assert again[1] > first[1]  # and accepts more of the same request

@@ -214,6 +214,7 @@ class LiveRun(DeviceJob):
 
     cfg: RunConfig
     race: bool = False
+    session: str | None = None  # the page session (a suffix draft learns across its runs)
     steps: list = dataclasses.field(default_factory=list)  # specviz.records.Step so far (speculative run)
     trace: dict | None = None  # the finished (or stopped) speculative run
     regular_trace: dict | None = None  # the race partner, mode="regular"
@@ -226,7 +227,7 @@ class LiveRun(DeviceJob):
 
     def __post_init__(self) -> None:
         self.name = self.name or RUN_JOB
-        self.params = {"cfg": self.cfg, "race": self.race}
+        self.params = {"cfg": self.cfg, "race": self.race, "session": self.session}
         self.what = "a Live run"
         self._builder = TraceBuilder(self.cfg.to_trace_config())
 
@@ -273,9 +274,10 @@ class LiveRun(DeviceJob):
 
 
 def start_run(cfg: RunConfig, lock: threading.Lock, race: bool = False,
-              heartbeat_timeout: float | None = HEARTBEAT_TIMEOUT_S) -> LiveRun:
-    """Start a run for a page, which must call beat() while it polls (appstate.current_run does)."""
-    return LiveRun(cfg=cfg, lock=lock, race=race, heartbeat_timeout=heartbeat_timeout).start()
+              heartbeat_timeout: float | None = HEARTBEAT_TIMEOUT_S, session: str | None = None) -> LiveRun:
+    """Start a run for a page, which must call beat() while it polls (appstate.current_run does).
+    ``session``: the page session, whose runs share what a suffix draft learns."""
+    return LiveRun(cfg=cfg, lock=lock, race=race, session=session, heartbeat_timeout=heartbeat_timeout).start()
 
 
 def start_job(name: str, lock: threading.Lock, what: str, **params) -> DeviceJob:

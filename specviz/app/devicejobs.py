@@ -19,6 +19,7 @@ server, which holds no torch). Only the worker imports this module.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import time
@@ -48,16 +49,35 @@ def tokenizer_json(tok) -> str | None:
         return None
 
 
+SESSIONS_KEPT = 16  # the suffix draft's global structures kept, one per (page session, target), oldest dropped
+_corpora: collections.OrderedDict = collections.OrderedDict()
+
+
+def session_corpus(session: str, target: str, fresh):
+    """The suffix draft's global structure for this page session and target: what the session's earlier
+    runs taught it (``fresh``, an empty one, the first time)."""
+    key = (session, target)
+    corpus = _corpora.pop(key, fresh)
+    _corpora[key] = corpus
+    while len(_corpora) > SESSIONS_KEPT:
+        _corpora.popitem(last=False)
+    return corpus
+
+
 @job("run")
-def run(ctx, cfg, race: bool = False, loader: Callable | None = None, runner: Callable | None = None):
+def run(ctx, cfg, race: bool = False, session: str | None = None, loader: Callable | None = None,
+        runner: Callable | None = None):
     """The run's records as it goes: "tokenizer", "start", a "step" per step, "trace" (and
-    "regular_trace" when raced). ``loader``/``runner`` default to specviz.run's (fakes in tests:
-    see specviz.app.worker's SPECVIZ_WORKER_JOBS)."""
+    "regular_trace" when raced). A suffix draft keeps learning across the runs of one page ``session``.
+    ``loader``/``runner`` default to specviz.run's (fakes in tests: see specviz.app.worker's
+    SPECVIZ_WORKER_JOBS)."""
     from specviz.run import iter_run, load_pair
 
     loader, runner = loader or load_pair, runner or iter_run
     ctx.send("status", "loading")
     target, proposer = loader(cfg)
+    if session is not None and getattr(proposer, "kind", None) == "suffix":
+        proposer.corpus = session_corpus(session, target.name, proposer.corpus)
     ctx.send("tokenizer", target.name, tokenizer_json(target.tokenizer))
     if ctx.stopped():
         return None

@@ -142,6 +142,14 @@ def init_state() -> None:
         st.session_state.setdefault(k, v)
 
 
+def session_id() -> str | None:
+    """This browser session's id (Streamlit's), or None outside a script run."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
 def current_run() -> LiveRun | None:
     """This session's run. Looking at it is the page's heartbeat: every script run and live redraw
     of the session passes here, and a run that no page looks at stops itself (specviz.app.deviceclient)."""

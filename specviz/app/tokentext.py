@@ -147,6 +147,13 @@ def draft_text(cfg: dict, c: float | None) -> str:
     if raw and str(raw).startswith("ngram"):
         return ("**What is this draft:** prompt lookup (n-grams): no model, it proposes the tokens that followed "
                 f"the row's last few tokens earlier in its own context, so it costs almost nothing{end}")
+    if "suffix_corpus_tokens" in cfg:
+        n, r = cfg["suffix_corpus_tokens"], cfg.get("suffix_corpus_requests", 0)
+        learnt = (f"this run started knowing {n:,} tokens from {r} earlier requests (this session's earlier runs): "
+                  "run the same workload again and it accepts more" if n else
+                  "it knew nothing from earlier runs yet: run the same workload again and it accepts more")
+        return ("**What is this draft:** suffix decoding: no model, it proposes what followed the row's latest "
+                f"tokens before, in its own prompt and output and in earlier requests' outputs; {learnt}{end}")
     return f"**What is this draft:** {name}{end}" if name else ""
 
 
