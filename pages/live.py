@@ -323,6 +323,7 @@ def replay_view() -> None:
 trace_now = st.session_state.get(appstate.TRACE_KEY)
 if not running and trace_now is not None and st.session_state.get("regular_trace") is not None:
     st.subheader("Race: speculative vs regular decoding")
+    st.markdown(charts.race_sentence(trace_now, st.session_state["regular_trace"]))
     if st.button("Replay race in real time", key="replay"):
         st.session_state["replay_t0"] = time.perf_counter()
     if st.session_state.get("replay_t0"):

@@ -295,3 +295,16 @@ def test_the_suffix_drafts_line_says_what_it_learnt_from_earlier_runs():
     later = tokentext.draft_text({"draft_name": "suffix", "suffix_corpus_tokens": 1234, "suffix_corpus_requests": 4}, None)
     assert "knew nothing from earlier runs" in first
     assert "started knowing 1,234 tokens from 4 earlier requests" in later
+
+
+def test_the_race_says_who_finished_first_and_draws_the_two_runs_in_different_colours():
+    def run(end):
+        return {"steps": [{"t_start": 0.0, "t_prefill": 0.0, "t_draft": 0.0, "t_verify": end, "t_accept": 0.0,
+                           "t_bookkeeping": 0.0, "rows": []}]}
+
+    said = charts.race_sentence(run(1.5), run(2.0))
+    assert said.startswith("**Speculative decoding finished first**, at 1.50 s, 0.50 s before regular decoding (2.00 s)")
+    assert "one after the other on this machine" in said
+    assert charts.race_sentence(run(3.0), run(2.0)).startswith("**Regular decoding finished first**")
+    fig = charts.race({"speculative": run(1.5), "regular": run(2.0)})
+    assert len({tr.line.color for tr in fig.data}) == 2

@@ -342,6 +342,18 @@ def utilization(trace: dict, util_labels: dict | None = None) -> go.Figure:
 
 # ---- comparisons ----------------------------------------------------------------------------------------
 
+RACE_COLOURS = {"speculative": "#0072B2", "regular": "#E69F00"}  # blue and orange: apart for every colour vision
+
+
+def race_sentence(spec: dict, regular: dict) -> str:
+    """Who finished the race first and when, and how the two runs were made."""
+    a, b = run_duration(spec), run_duration(regular)
+    first, t1, other, t2 = ("speculative", a, "regular", b) if a <= b else ("regular", b, "speculative", a)
+    return (f"**{first.capitalize()} decoding finished first**, at {t1:.2f} s, {t2 - t1:.2f} s before {other} "
+            f"decoding ({t2:.2f} s). The two runs decoded the same prompts one after the other on this machine "
+            "(regular right after speculative), each timed from its own start.")
+
+
 def race(traces: dict[str, dict], until: float | None = None) -> go.Figure:
     """Cumulative output tokens over time for several runs (e.g. speculative vs regular)."""
     fig = go.Figure()
@@ -352,7 +364,8 @@ def race(traces: dict[str, dict], until: float | None = None) -> go.Figure:
         if until is not None:
             keep = [j for j, x in enumerate(t) if x <= until]
             t, n = [t[j] for j in keep], [n[j] for j in keep]
-        fig.add_trace(go.Scatter(x=[0.0] + t, y=[0] + n, mode="lines", name=name, line_shape="hv"))
+        fig.add_trace(go.Scatter(x=[0.0] + t, y=[0] + n, mode="lines", name=name, line_shape="hv",
+                                 line={"color": RACE_COLOURS.get(name), "width": 3}))
     if until is not None:
         end = max((run_duration(tr) for tr in traces.values()), default=0.0)
         fig.update_xaxes(range=[0, max(end, 1e-3)])
