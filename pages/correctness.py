@@ -23,19 +23,24 @@ st.caption("Both runs use the sidebar's target loaded in float32 and temperature
            "and a (k+1)-token verify may break ties differently, so exactness is checked in fp32; a divergence "
            "is shown with the regular run's top-1 minus top-2 logit margin at that position (a tiny margin "
            "means floating-point rounding, not a bookkeeping bug).")
+for key, value in (("corr_b", 4), ("corr_k", 4), ("corr_max_new", 24), ("corr_prompts", list(promptsets.PROMPT_SETS)[2])):
+    st.session_state.setdefault(key, value)
+last_prompts = appstate.follow_last_run({"corr_b": ("batch_size", 1, 16), "corr_k": ("draft_length", 1, 16),
+                                         "corr_max_new": ("max_new_tokens", 4, 128)}, "corr_prompts")
+prompt_sets = {**({appstate.LAST_RUN_PROMPTS: last_prompts} if last_prompts else {}), **promptsets.PROMPT_SETS}
 c1, c2, c3 = st.columns(3)
-b = c1.slider("batch size", 1, 16, 4, key="corr_b")
-k = c2.slider("draft length", 1, 16, 4, key="corr_k")
-max_new = c3.slider("max new tokens", 4, 128, 24, key="corr_max_new")
-pset = c1.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="corr_prompts",
-                    format_func=tokentext.short_label, help=" · ".join(promptsets.PROMPT_SETS))
+b = c1.slider("batch size", 1, 16, key="corr_b")
+k = c2.slider("draft length", 1, 16, key="corr_k")
+max_new = c3.slider("max new tokens", 4, 128, key="corr_max_new")
+pset = c1.selectbox("prompts", list(prompt_sets), key="corr_prompts", format_func=tokentext.short_label,
+                    help="the last Live run's settings come first; " + " · ".join(promptsets.PROMPT_SETS))
 
 job = st.session_state.get(JOB_KEY)
 if st.button("Check exactness", key="corr_run", type="primary", disabled=job is not None and job.running):
     v = appstate.sidebar_values(st.session_state)
     draft = appstate.draft_spec(st.session_state)
     cfg = RunConfig(target=v["target"], draft=draft if draft not in ("none", "") else "ngram", device=v["device"],
-                    dtype="float32", prompts=promptsets.PROMPT_SETS[pset], batch_size=b, draft_length=k,
+                    dtype="float32", prompts=prompt_sets[pset], batch_size=b, draft_length=k,
                     max_new_tokens=max_new, temperature=0.0)
     try:
         cfg.validate()

@@ -30,13 +30,17 @@ st.markdown(tokentext.ALPHA_FIT_DEFINITION + " The Live and Speedup pages count 
 
 job = st.session_state.get(JOB_KEY)
 running = job is not None and job.running
+for key, value in (("sweep_max_new", 16), ("sweep_prompts", list(promptsets.PROMPT_SETS)[2])):
+    st.session_state.setdefault(key, value)
+last_prompts = appstate.follow_last_run({"sweep_max_new": ("max_new_tokens", 4, 128)}, "sweep_prompts")
+prompt_sets = {**({appstate.LAST_RUN_PROMPTS: last_prompts} if last_prompts else {}), **promptsets.PROMPT_SETS}
 c1, c2, c3 = st.columns(3)
 batches = c1.multiselect("batch sizes b", [1, 2, 4, 8, 16, 32, 64], [1, 4], key="sweep_b")
 ks = c2.multiselect("draft lengths k", list(range(1, 17)), [2, 4], key="sweep_k")
 repeats = c2.number_input("repeats per cell (median)", 1, 9, 1, key="sweep_repeats")
-max_new = c3.slider("max new tokens", 4, 128, 16, key="sweep_max_new")
-pset = c3.selectbox("prompts", list(promptsets.PROMPT_SETS), index=2, key="sweep_prompts",
-                    format_func=tokentext.short_label, help=" · ".join(promptsets.PROMPT_SETS))
+max_new = c3.slider("max new tokens", 4, 128, key="sweep_max_new")
+pset = c3.selectbox("prompts", list(prompt_sets), key="sweep_prompts", format_func=tokentext.short_label,
+                    help="the last Live run's prompts come first; " + " · ".join(promptsets.PROMPT_SETS))
 b1, b2, _ = st.columns([1, 1, 6])
 go = b1.button("Run sweep", key="sweep_run", type="primary", disabled=running)
 stop = b2.button("Stop", key="sweep_stop", disabled=not running)
@@ -46,7 +50,7 @@ if go:
     v = appstate.sidebar_values(st.session_state)
     draft = appstate.draft_spec(st.session_state)
     cfg = RunConfig(target=v["target"], draft=draft, device=v["device"], dtype=v["dtype"],
-                    prompts=promptsets.PROMPT_SETS[pset], max_new_tokens=int(max_new))
+                    prompts=prompt_sets[pset], max_new_tokens=int(max_new))
     try:
         if not batches or not ks:
             raise SpecvizError("choose at least one batch size and one draft length")

@@ -285,6 +285,7 @@ def wait_job(at, key, timeout=180):
     job = at.session_state[key]
     deadline = time.monotonic() + timeout
     while job.running and time.monotonic() < deadline:
+        job.beat()  # the page polls while the job goes; on a busy machine a job no page looks at stops itself
         job.join(1.0)
     assert not job.running, f"job still {job.status} after {timeout} s"
     at.run()
@@ -517,3 +518,18 @@ def test_live_page_names_where_the_time_went_and_whether_the_output_changed():
     draft = next(c.value for c in at.caption if "What is this draft" in c.value)
     assert "2 layers, 12M parameters of its own, plus 28M it reuses from the target" in draft
     assert "30 layers and 135M" in draft and "cost ratio c = " in draft
+
+
+def test_correctness_and_sweep_open_on_the_last_runs_settings_and_prompts():
+    trace = known_trace(b=2, k=3)
+    trace["config"]["max_new_tokens"] = 40
+    at = with_trace(trace)
+    at.switch_page("pages/correctness.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert (at.slider(key="corr_b").value, at.slider(key="corr_k").value, at.slider(key="corr_max_new").value) == (2, 3, 40)
+    assert at.selectbox(key="corr_prompts").value == appstate.LAST_RUN_PROMPTS
+    at.slider(key="corr_k").set_value(5).run()  # the user's own change stays until the next run
+    assert at.slider(key="corr_k").value == 5
+    at.switch_page("pages/sweep.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.slider(key="sweep_max_new").value == 40 and at.selectbox(key="sweep_prompts").value == appstate.LAST_RUN_PROMPTS

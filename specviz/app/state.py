@@ -142,6 +142,29 @@ def init_state() -> None:
         st.session_state.setdefault(k, v)
 
 
+LAST_RUN_PROMPTS = "the last run's prompts"  # a measuring page's first prompt choice once a run exists
+
+
+def follow_last_run(keys: dict[str, tuple[str, int, int]], prompts_key: str) -> list[str]:
+    """Set a measuring page's widgets to the last run's settings, once per new run: ``keys`` maps a widget
+    key to (the trace config field, low, high) it takes, clamped to the widget's range; ``prompts_key``
+    gets LAST_RUN_PROMPTS. Returns the last run's prompts (distinct, in order; [] without a run)."""
+    trace = st.session_state.get(TRACE_KEY)
+    if trace is None:
+        return []
+    prompts = list(dict.fromkeys(s.get("prompt", "") for s in trace.get("sequences", []) if s.get("prompt")))
+    seen = st.session_state.setdefault("_followed_runs", {})
+    if seen.get(prompts_key) is not trace:
+        seen[prompts_key] = trace
+        cfg = trace.get("config", {})
+        for key, (field, low, high) in keys.items():
+            if isinstance(cfg.get(field), (int, float)):
+                st.session_state[key] = min(max(int(cfg[field]), low), high)
+        if prompts:
+            st.session_state[prompts_key] = LAST_RUN_PROMPTS
+    return prompts
+
+
 def session_id() -> str | None:
     """This browser session's id (Streamlit's), or None outside a script run."""
     from streamlit.runtime.scriptrunner import get_script_run_ctx
