@@ -533,3 +533,19 @@ def test_correctness_and_sweep_open_on_the_last_runs_settings_and_prompts():
     at.switch_page("pages/sweep.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.slider(key="sweep_max_new").value == 40 and at.selectbox(key="sweep_prompts").value == appstate.LAST_RUN_PROMPTS
+
+
+def test_a_race_on_a_busy_machine_keeps_the_numbers_and_says_the_comparison_is_unreliable():
+    import copy
+
+    trace, regular = known_trace(), known_trace()
+    regular["config"]["mode"] = "regular"
+    regular["summary"]["tokens_per_s"] = trace["summary"]["tokens_per_s"] / 1.5
+    regular["host_load"] = {"other_cores": 1.4, "cpus": 2}
+    at = with_trace(trace, copy.deepcopy(regular))
+    said = " ".join(m.value for m in at.markdown)
+    assert "**Measured 1.50× vs predicted" in said
+    assert any("kept 1.4 of 2 cores busy during the regular run: the measured speedup is unreliable" in w.value
+               for w in at.warning), [w.value for w in at.warning]
+    regular["host_load"] = {"other_cores": 0.0, "cpus": 2}
+    assert not any("unreliable" in w.value for w in with_trace(trace, regular).warning)

@@ -42,12 +42,13 @@ def headline(trace: dict, regular: dict | None) -> None:
     if measured is None and not trace.get("partial"):
         st.caption("measured speedup: tick *Race against regular decoding* and run again to measure it.")
     busy = machine_busy(trace, regular)
-    if measured is not None and busy:  # the method is not to blame for a machine that was busy
-        st.warning(f"Measured {measured:.2f}×, but {busy}: the comparison is unreliable. Run again on an idle machine.")
-    elif measured is not None and pred is not None:
-        reason = explain.gap_reason(measured, pred, alpha, c, explain.verify_ratio(trace, regular),
-                                    explain.ragged_tail(trace))
-        st.markdown(f"**Measured {measured:.2f}× vs predicted {pred:.2f}× ({measured - pred:+.2f}).** {reason}.")
+    if measured is not None and pred is not None:
+        reason = ("" if busy else  # the method is not to blame for a machine that was busy
+                  explain.gap_reason(measured, pred, alpha, c, explain.verify_ratio(trace, regular),
+                                     explain.ragged_tail(trace)) + ".")
+        st.markdown(f"**Measured {measured:.2f}× vs predicted {pred:.2f}× ({measured - pred:+.2f}).** {reason}")
+    if measured is not None and busy:
+        st.warning(f"{busy[0].upper()}{busy[1:]}: the measured speedup is unreliable. Run again on an idle machine.")
     if line := tokentext.draft_text(cfg, c):  # what this draft is: its size against the target's, its measured cost
         st.caption(line)
     exactness_line(trace, regular)
