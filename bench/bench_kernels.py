@@ -129,7 +129,7 @@ def main():
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_kernels: no CUDA device found; this benchmark needs a GPU "
-                 "(the CPU-side check of the kernels is tests/test_kernels.py under TRITON_INTERPRET=1)")
+                 "(the CPU-side check of the kernels is tests/engine/test_kernels.py under TRITON_INTERPRET=1)")
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         sys.exit("bench_kernels: unset TRITON_INTERPRET to benchmark compiled kernels")
     from triton.testing import do_bench

@@ -4,8 +4,8 @@
 # (a global budget; each step also has its own time limit), the most decisive step first:
 #   1 exactness fp32 and bf16 (bench/exactness.py), each without and with CUDA graphs (SPECVIZ_CUDA_GRAPHS=1:
 #     the static KV cache, graphs captured on CUDA), the kernel tests (chain and tree) and the graph
-#     capture/replay tests (tests/test_statickv.py -m gpu) and the one-sync-per-step tests
-#     (tests/test_host_syncs.py -m gpu), on CUDA
+#     capture/replay tests (tests/models/test_statickv.py -m gpu) and the one-sync-per-step tests
+#     (tests/engine/test_host_syncs.py -m gpu), on CUDA
 #   2 the engine's host floor (bench/host_overhead.py)
 #   3 python -m specviz bench at B = 1, 8, 32, the default pair and ngram (B = 1 and 8 again with CUDA graphs)
 #   4 a traced run with NVML telemetry (the trace is kept)
@@ -187,9 +187,9 @@ for G in "" "$GRAPHS"; do
   fi
 done
 if [ -n "${MISSING##*pytest*}" ] || [ -z "$MISSING" ]; then
-  step kernel-tests 90 "" "TRITON_INTERPRET=$([ "$SMOKE" = 1 ] && echo 1 || echo 0) $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_tree_kernel.py $KT"
+  step kernel-tests 90 "" "TRITON_INTERPRET=$([ "$SMOKE" = 1 ] && echo 1 || echo 0) $PY -m pytest -q -p no:cacheprovider tests/engine/test_kernels.py tests/engine/test_tree_kernel.py $KT"
   step graph-tests 60 "CUDA graph capture and replay against the eager static cache, and one sync per steady step$([ "$SMOKE" = 1 ] && echo ": skipped without CUDA")" \
-    "$PY -m pytest -q -p no:cacheprovider -rs tests/test_statickv.py tests/test_host_syncs.py -m gpu"
+    "$PY -m pytest -q -p no:cacheprovider -rs tests/models/test_statickv.py tests/engine/test_host_syncs.py -m gpu"
 else
   skip kernel-tests "pytest is not installed for $PY"
   skip graph-tests "pytest is not installed for $PY"

@@ -7,7 +7,7 @@ reproducible by their command).
 
 Batch j's seed and greedy/sampled choice follow j alone (``specviz.distill.data.answer_batches``), so the
 first N batches of a fresh run are the first N batches of the full one. Training from the same
-data is checked byte for byte in tests/test_distill.py.
+data is checked byte for byte in tests/distill/test_distill.py.
 """
 
 import argparse

@@ -36,7 +36,7 @@ def rss_mb() -> float:
 
 
 def keep_navigation() -> None:
-    """As tests/test_app.py: AppTest resets the pages-folder flag before each run; app.py's
+    """As tests/app/test_app.py: AppTest resets the pages-folder flag before each run; app.py's
     st.navigation clears it for good on a live server."""
     from streamlit.runtime.pages_manager import PagesManager
 

@@ -5,7 +5,7 @@
 Starts ``python -m specviz vllm serve``'s server (specviz.peers.server) on the packaged model, saves
 metrics-<vllm version>-before.txt, sends a few greedy completions (copy-heavy prompts, so n-gram
 lookup has something to find), and saves metrics-<vllm version>-after.txt. The parser tests
-(tests/test_vllm_metrics.py) read these files; nothing in them is written by hand.
+(tests/peers/test_vllm_metrics.py) read these files; nothing in them is written by hand.
 """
 
 from __future__ import annotations

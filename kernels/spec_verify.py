@@ -5,7 +5,7 @@ The spec is the torch reference ``specviz.engine.sampling.accept_reference``: sa
 ``uniforms[:, n_b]`` draws the recovered/bonus token by inverse CDF). Greedy output and
 ``num_accepted`` match it exactly; a sampled recovered/bonus token matches it except where
 u * total lands within float rounding of a CDF step, because the sums are taken in another
-order (tests/test_kernels.py checks both, plus the output distribution).
+order (tests/engine/test_kernels.py checks both, plus the output distribution).
 
 Memory traffic. The reference reads the [B, k+1, V] logits and writes/reads float32 copies of
 that size several times (cast, / T, softmax), then about ten [B, V] passes at the final position

@@ -23,7 +23,7 @@ the residual lives in a [B, V] float32 scratch row per program. Greedy reads the
 Exactness: greedy and the accept/reject decisions use the same values as the reference; only
 sum(r) and the CDF are summed in another order, so a sampled decision or final token can differ
 from the reference only where u * sum(r) lands within float rounding of a threshold
-(tests/test_tree_kernel.py compares both on many random trees).
+(tests/engine/test_tree_kernel.py compares both on many random trees).
 
 Memory: every residual access (copy, sums, zeroing) goes through the same [BLOCK] tile loop, so
 each element of the scratch row is always read and written by the same thread; the scalar

@@ -1,5 +1,5 @@
 """A real browser on the real app: `streamlit run app.py` on a free loopback port and a headless
-Debian chromium driven over the DevTools protocol (websockets), for tests/test_browser.py and
+Debian chromium driven over the DevTools protocol (websockets), for tests/e2e/test_browser.py and
 bench/browser_speed.py. No Streamlit or torch imports here.
 """
 

@@ -154,7 +154,23 @@ def test_nothing_imports_the_kernels_folder_as_a_top_level_package():
     """`kernels` is the Hugging Face package transformers imports; the repo's kernels/ folder is
     reached only as specviz.engine.kernels, and has no __init__.py that could shadow it."""
     assert not (ROOT / "kernels" / "__init__.py").exists()
-    files = [*PKG.rglob("*.py"), *(ROOT / "kernels").glob("*.py"), *(ROOT / "tests").glob("*.py"),
+    files = [*PKG.rglob("*.py"), *(ROOT / "kernels").glob("*.py"), *(ROOT / "tests").rglob("*.py"),
              *(ROOT / "bench").glob("*.py"), *(ROOT / "pages").glob("*.py"), ROOT / "app.py"]
     bad = [f"{p.relative_to(ROOT)}:{n}" for p in files for m, n in imports_of(p) if m.split(".")[0] == "kernels"]
     assert bad == []
+
+
+# Test folders that stand for something other than a specviz subpackage: the real server in a real
+# browser (e2e) and the scripts in bench/.
+TEST_FOLDERS_BEYOND_THE_PACKAGE = {"e2e", "bench"}
+
+
+def test_tests_live_in_folders_that_mirror_the_package():
+    """tests/engine tests specviz/engine, tests/app specviz/app, and so on; tests of specviz's
+    top-level modules sit in tests/ itself, beside the shared fakes that conftest.py puts on the path."""
+    packages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.parent.relative_to(ROOT / "tests").as_posix() for p in (ROOT / "tests").rglob("test_*.py")}
+    assert folders - {"."} <= packages | TEST_FOLDERS_BEYOND_THE_PACKAGE, folders
+    assert "." in folders
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), "two test files share a name; pytest imports them by basename"

@@ -1,5 +1,5 @@
 """The per-row Python tree growth that specviz.engine.treedraft replaced with batched tensor ops: the
-reference the vectorised growth is checked against (tests/test_treedraft.py). Same rule: top-W
+reference the vectorised growth is checked against (tests/engine/test_treedraft.py). Same rule: top-W
 children of the W best frontier nodes per depth by cumulative draft log-probability, then the N best
 of all candidates, ties to the earlier candidate."""
 

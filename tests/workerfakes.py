@@ -81,7 +81,7 @@ devicejobs.JOBS.update({
 })
 
 
-# ---- stand-ins for the pages' measuring jobs (tests/test_deviceclient.py) -------------------------------
+# ---- stand-ins for the pages' measuring jobs (tests/app/test_deviceclient.py) -------------------------------
 
 def count(ctx, n: int = 3):
     for i in range(n):

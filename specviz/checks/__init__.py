@@ -10,7 +10,7 @@ are not on disk yet (a hub id not cached, a .gguf), run.make_decoder makes the s
 the model is loaded, still before any generation.
 
 ``CHECKED`` names what each flag is checked for and ``NEEDS_NO_CHECK`` why the rest need none:
-tests/test_checks.py walks the argparse definitions so that a new flag in neither fails.
+tests/checks/test_checks.py walks the argparse definitions so that a new flag in neither fails.
 """
 
 from __future__ import annotations

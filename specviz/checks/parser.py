@@ -1,6 +1,6 @@
 """The command line's parser: every subcommand with a description, its flags in groups with their
 defaults shown, and two examples (``specviz COMMAND --help``). docs/cli.md documents the same flags
-(tests/test_cli_docs.py walks this parser against it); specviz.checks checks their values."""
+(tests/checks/test_cli_docs.py walks this parser against it); specviz.checks checks their values."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ TOP_EPILOG = f"""exit status:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Every subcommand and flag (tests/test_checks.py walks them: each has a check in specviz.checks
-    or a reason it needs none; tests/test_cli_docs.py checks docs/cli.md names each one)."""
+    """Every subcommand and flag (tests/checks/test_checks.py walks them: each has a check in specviz.checks
+    or a reason it needs none; tests/checks/test_cli_docs.py checks docs/cli.md names each one)."""
     p = OneLineParser(prog="specviz", formatter_class=HelpFormatter, epilog=TOP_EPILOG,
                       description="Live batched speculative decoding: run, measure and tune a target and a draft "
                                   "model.\nThe same as `python -m specviz`; the app is `streamlit run app.py`.")

@@ -1,5 +1,5 @@
 """The command line's shared run flags (run, bench, calibrate, sweep), beside the checks of them
-(specviz.checks: every flag here has a check or a reason it needs none; tests/test_checks.py walks them).
+(specviz.checks: every flag here has a check or a reason it needs none; tests/checks/test_checks.py walks them).
 The flags are the CLI contract (DESIGN.md, "CLI (stable contract)").
 
 Each subcommand offers only the flags it reads: ``add_run_args(parser, omit=...)`` leaves a flag out of

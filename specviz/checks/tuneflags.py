@@ -1,5 +1,5 @@
 """``specviz tune``'s flags, beside their checks (specviz.checks runs ``check_tune_args`` in its pass, after the
-number bounds of specviz.bounds; tests/test_checks.py walks the flags against TUNE_CHECKED and TUNE_NO_CHECK).
+number bounds of specviz.bounds; tests/checks/test_checks.py walks the flags against TUNE_CHECKED and TUNE_NO_CHECK).
 It loads no model: every check here is cheap, and a file's contents are read once, by the command."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ This forward computes the same function with fewer, larger ops:
 It applies to ``LlamaForCausalLM`` without projection biases, silu MLP and single-rank weights
 (``supports``), on one device; anything else (a model spread by --device-map auto too) runs through
 transformers. ``ForwardOptions(lean=False)`` (or ``SPECVIZ_LEAN_FORWARD=0``) turns it off.
-Outputs match transformers' forward to float rounding (tests/test_fastllama.py).
+Outputs match transformers' forward to float rounding (tests/models/test_fastllama.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ prepacking uses) and calling ``torch.ops.mkldnn._linear_pointwise`` on the packe
 same products from fewer bytes moved: one target forward of SmolLM2-135M on this 2-core CPU is
 1.15-1.26x faster at B = 1 and 8, one or five slots per row (BENCHMARKS.md,
 ``bench/packed_weights.py --forwards``). Packed for ``HINT`` rows, the results are bitwise equal to
-``F.linear``'s up to ``MAX_ROWS`` rows for SmolLM2's five shapes (tests/test_packed.py). Without a
+``F.linear``'s up to ``MAX_ROWS`` rows for SmolLM2's five shapes (tests/models/test_packed.py). Without a
 bound, B = 8 greedy runs diverged from plain ones (BENCHMARKS.md): the B = 8 prefill's 440-row calls
 round differently in the o and down projections. So calls of more rows (long prefills:
 compute-bound, where one reorder is cheap next to the product) keep ``F.linear``.

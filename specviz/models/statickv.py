@@ -22,7 +22,7 @@ the same buffers otherwise. Longer ones (prefills) run eagerly over the exact ba
 
 Off by default: the run's ForwardOptions (specviz.models.forwardoptions) turn it on
 (``static_cache``: any device, graphs never captured; ``cuda_graphs``: graphs captured on CUDA).
-Exactness against the DynamicCache path: tests/test_statickv.py.
+Exactness against the DynamicCache path: tests/models/test_statickv.py.
 """
 
 from __future__ import annotations

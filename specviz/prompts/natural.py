@@ -9,7 +9,7 @@ one-off requests of ten kinds (explain, howto, writing, compare, facts, code, li
 math, casual) in many phrasings and lengths.
 
 Split: a prompt is held out when the first byte of its text's sha256 is below 26 (about 10%), so
-the split never changes with the file's order or size. tests/test_prompts_natural.py checks that
+the split never changes with the file's order or size. tests/prompts/test_prompts_natural.py checks that
 no prompt is a free-form prompt or close to one (word-set Jaccard similarity below 0.25).
 
     natural_prompts(n, seed, heldout=False) -> n prompts of that split, prefix-stable; past the

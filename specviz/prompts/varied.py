@@ -3,7 +3,7 @@ code (fix, explain, complete), lists, one-line answers and long answers, casual 
 
 Same split rule as ``gen``: the training prompts fill their slots from ``_TRAIN``, the held-out
 ones from ``_HELDOUT``, and the two share no slot value, so no held-out prompt shares a subject,
-sentence, snippet or conversation with a training prompt (tests/test_distill.py checks this, and
+sentence, snippet or conversation with a training prompt (tests/distill/test_distill.py checks this, and
 that no training slot value appears in the hand-written free-form set, the acceptance yardstick).
 
 A multi-turn prompt is a string holding a JSON list of chat messages (so prompt lists stay
