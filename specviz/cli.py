@@ -350,9 +350,17 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while torch and transformers still import: nothing had started
         print("\nspecviz: interrupted while starting: nothing was done", file=sys.stderr)
         return EXIT_SIGNAL_BASE + signal.SIGINT
+    except BrokenPipeError:  # `specviz tune ... | head`: the reader left; say nothing more, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not raise again
+        return EXIT_SIGNAL_BASE + signal.SIGPIPE
 
 
 def _main(argv=None) -> int:
+    try:  # before torch imports: --help and a usage mistake answer at once
+        a = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, or a usage mistake already said in one line
+        return e.code
+
     import torch
     import transformers
 
@@ -368,10 +376,6 @@ def _main(argv=None) -> int:
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 
-    try:
-        a = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help, or a usage mistake already said in one line
-        return e.code
     try:
         check_args(a.cmd, a)  # every flag and file, before any model loads
         return {"run": cmd_run, "bench": cmd_bench, "calibrate": cmd_calibrate, "sweep": cmd_sweep,

@@ -8,6 +8,7 @@ import argparse
 import textwrap
 
 from specviz.checks import OneLineParser
+from specviz.checks.distillflags import add_distill_args
 from specviz.checks.runflags import DESTS, add_run_args
 from specviz.checks.tuneflags import add_tune_args
 from specviz.common import EXIT_BAD_INPUT, EXIT_MISSING, EXIT_OK, EXIT_OUT_OF_MEMORY, EXIT_SIGNAL_BASE
@@ -59,7 +60,7 @@ TOP_EPILOG = f"""exit status:
   {EXIT_BAD_INPUT}    bad input: a flag, a value, a combination or a file's contents that cannot work
   {EXIT_MISSING}    missing: a model, a file, CUDA or the vLLM environment is not on this machine
   {EXIT_OUT_OF_MEMORY}    out of memory: refused before loading, or ran out while running
-  {EXIT_SIGNAL_BASE}+N interrupted by signal N (130 Ctrl-C, 143 SIGTERM); what was finished is kept
+  {EXIT_SIGNAL_BASE}+N interrupted by signal N (130 Ctrl-C, 143 SIGTERM, 141 a closed pipe); what was finished is kept
 
 'specviz COMMAND --help' shows a command's flags, defaults and examples; docs/cli.md has them all."""
 
@@ -119,8 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out-dir", default="sweep-out", metavar="DIR",
                    help="sweep.csv and sweep.json go here; an interrupted sweep leaves its finished cells here, and "
                         "the same command again resumes from them")
-    from specviz.distill.command import add_distill_args
-
     add_distill_args(add_subcommand(
         sub, "distill", "distil a tiny draft for a target (generate data, train, evaluate, save)",
         "Make a draft model for a llama-style target: the target answers prompts (soft labels: its top --topk "

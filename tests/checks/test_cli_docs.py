@@ -107,3 +107,24 @@ def test_the_readme_and_cli_md_show_commands_at_all():
     """The checks above pass vacuously on documents without commands: these have some."""
     assert len(COMMAND.findall(joined((ROOT / "README.md").read_text()))) >= 2
     assert {cmd for cmd, _ in COMMAND.findall(joined(CLI_MD.read_text()))} == set(flags_of())
+
+
+def test_help_answers_without_importing_torch_or_transformers():
+    """`specviz --help` and every subcommand's help build the parser only: no torch, no transformers."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from specviz.cli import main\n"
+             "for argv in ([], ['run'], ['bench'], ['sweep'], ['calibrate'], ['distill'], ['vllm'], ['tune']):\n"
+             "    assert main([*argv, '--help']) == 0\n"
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_distills_kind_choices_are_the_kinds_it_can_build():
+    from specviz.checks.distillflags import DRAFT_KINDS
+    from specviz.distill.command import KINDS
+
+    assert DRAFT_KINDS == list(KINDS)

@@ -193,3 +193,19 @@ def test_a_calibration_file_from_another_machine_sets_the_costs(trace_path, tmp_
     expected = recommend(Acceptance.from_counts(position_counts(load_json(trace_path)["steps"])),
                          calibration_record().costs, [1])
     assert ans["costs"].startswith(f"calibration {path}") and ans["recommendations"][0]["k"] == expected[0].k
+
+
+def test_tune_piped_into_head_ends_quietly_without_a_traceback(trace_path):
+    """The reader of the pipe leaves early (`| head -1` after its line): no BrokenPipeError traceback,
+    and the exit status a shell tool killed by SIGPIPE gives."""
+    import signal
+
+    from specviz.common import EXIT_SIGNAL_BASE
+
+    cmd = [sys.executable, "-m", "specviz", "tune", "--trace", str(trace_path), *ENTERED, "--engine", "vllm"]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0) as proc:
+        proc.stdout.close()  # the reader is gone before tune writes (it is still importing torch)
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert code == EXIT_SIGNAL_BASE + signal.SIGPIPE
