@@ -32,6 +32,7 @@ FLOATS = {
     "top_p": ("in (0, 1]", 0.0, False, 1.0, True),
     "draft_confidence": ("in [0, 1)", 0.0, True, 1.0, False),
     "arrival_rate": ("0 (all queued at the start) or a positive number of requests per second", 0.0, True, math.inf, False),
+    "synthetic_acceptance": ("in [0, 1]", 0.0, True, 1.0, True),
     "lr": ("positive", 0.0, False, math.inf, False),
     "weight_decay": ("0 or more", 0.0, True, math.inf, False),
     "gen_budget_min": ("positive minutes", 0.0, False, math.inf, False),
@@ -91,9 +92,23 @@ def check_numbers(a) -> None:
         ok = (v >= lo if lo_in else v > lo) and (v <= hi if hi_in else v < hi)  # NaN fails both
         if not ok:
             raise SpecvizError(f"{_name(dest)} must be {said} (got {v})")
+    check_synthetic(a)
     for dest, lo in INT_LISTS.items():
         if getattr(a, dest, None) is not None:
             int_list(getattr(a, dest), _flag(dest), lo)
+
+
+def check_synthetic(a) -> None:
+    """Synthetic acceptance draws one decision per drafted position of a chain: a run that drafts
+    nothing or drafts trees has no such position (parsed flags or a RunConfig)."""
+    if getattr(a, "synthetic_acceptance", None) is None:
+        return
+    if getattr(a, "mode", "speculative") == "regular" or getattr(a, "draft", "") == "none":
+        raise SpecvizError("synthetic acceptance replaces the acceptance of drafted tokens; regular decoding drafts "
+                           "none: drop --synthetic-acceptance or give a draft")
+    if getattr(a, "tree_width", 1) > 1 or getattr(a, "controller", "") == "tree":
+        raise SpecvizError("synthetic acceptance draws one decision per position of a chain; token trees "
+                           "(--tree-width > 1, --controller tree) have no single next position: use chains")
 
 
 def int_list(text: str, flag: str, lo: int = 1) -> list[int]:

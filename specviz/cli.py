@@ -43,7 +43,7 @@ def _config(a):
                      draft_confidence=a.draft_confidence, requests=getattr(a, "requests", None),
                      arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False),
                      tree_width=getattr(a, "tree_width", 1), tree_nodes=getattr(a, "tree_nodes", 16),
-                     suffix_corpus=getattr(a, "suffix_corpus", None),
+                     suffix_corpus=getattr(a, "suffix_corpus", None), synthetic_acceptance=getattr(a, "synthetic_acceptance", None),
                      cuda_graphs=bool(getattr(a, "cuda_graphs", False)) or ForwardOptions.from_env().cuda_graphs)
 
 
@@ -84,11 +84,11 @@ def _fmt(v, spec=".3f"):
 
 
 def print_summary(trace: dict, out=None) -> None:
-    out = out or sys.stdout
-    s, c = trace["summary"], trace["config"]
+    from specviz.analysis.trace import synthetic_label  # the one wording of a synthetic run, as on the pages
+    out, s, c = out or sys.stdout, trace["summary"], trace["config"]
     rows = [
         ("target", c.get("target_name", c["target"])), ("draft", c.get("draft_name", "-") if c["mode"] == "speculative" else "-"),
-        ("mode", c["mode"]), ("batch size", c["batch_size"]), ("draft length", c["draft_length"]),
+        ("mode", c["mode"] + (f", {synthetic_label(c)}" if synthetic_label(c) else "")), ("batch size", c["batch_size"]), ("draft length", c["draft_length"]),
         ("device / dtype", f"{c['device']} / {c['dtype']}"),
         ("tokens", s["tokens"]), ("wall s", _fmt(s["wall_s"])), ("tokens/s", _fmt(s["tokens_per_s"], ".1f")),
         ("acceptance rate", _fmt(s["acceptance_rate"])), ("mean acceptance length", _fmt(s["mean_acceptance_length"])),

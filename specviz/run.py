@@ -34,6 +34,8 @@ def trace_config(cfg: RunConfig, target=None, proposer=None) -> dict:
     """The trace's "config": the run's settings (RunConfig.to_trace_config) and what the loaded
     pair adds: the resolved device and dtype, the models' names, layers and sizes."""
     d = cfg.to_trace_config()
+    if proposer is None:  # regular decoding (a race's partner too) drafts nothing: the real rule, the target's text
+        d.pop("synthetic_acceptance", None)
     if cfg.device_map != "none" and target is not None and getattr(target, "device_map", None):
         d["device_map"] = placement(target.device_map)
     if target is not None:
@@ -202,21 +204,23 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens,
                            SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p), cfg.seed, prompts=prompts,
                            controller=controller, accept_fn=accept_fn, slots=cfg.batch_size,
-                           arrivals=cfg.arrivals(), refill=not cfg.static, tree=tree, options=forward_options(cfg))
+                           arrivals=cfg.arrivals(), refill=not cfg.static, tree=tree, options=forward_options(cfg),
+                           synthetic=cfg.synthetic_acceptance if proposer is not None else None)
 
 
 def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
                     params: SamplingParams | None = None, seed: int = 0, prompts: list[str] | None = None,
                     controller=None, accept_fn=None, keep_hidden: bool = False, slots: int | None = None,
                     arrivals: list[float] | None = None, refill: bool = True, tree=None,
-                    options: ForwardOptions | None = None) -> SpecDecoder:
+                    options: ForwardOptions | None = None, synthetic: float | None = None) -> SpecDecoder:
     """The one place a SpecDecoder is built: over already-encoded prompts (measurements, data
     generation, exactness checks), with a fixed draft length k unless a policy is given; regular
     decoding when there is no proposer or k = 0. ``slots`` concurrent rows serve the prompts as
     a request queue (None: one row per prompt, a static batch); ``refill=False`` runs them as
     consecutive static batches; ``arrivals`` are seconds after the start (None: all at 0); ``tree``
     (engine.treestep.TreeShape) makes every row draft a token tree; ``options`` say how the target's
-    forwards run (None: the environment's defaults)."""
+    forwards run (None: the environment's defaults); ``synthetic`` (an alpha) replaces the acceptance
+    rule by a seeded Bernoulli(alpha) per drafted position: the output is then not the target's text."""
     if controller is None:
         k = k if proposer is not None else 0
         proposer = proposer if k else None
@@ -224,7 +228,8 @@ def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_n
     kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
     return SpecDecoder(target, proposer, controller, prompts if prompts is not None else [""] * len(prompt_ids),
                        prompt_ids, params or SamplingParams(), max_new_tokens, seed, keep_hidden=keep_hidden,
-                       slots=slots, arrivals=arrivals, refill=refill, tree=tree, options=options, **kwargs)
+                       slots=slots, arrivals=arrivals, refill=refill, tree=tree, options=options,
+                       synthetic=synthetic if proposer is not None else None, **kwargs)
 
 
 @dataclasses.dataclass

@@ -50,6 +50,10 @@ class RunConfig:
     # The suffix draft's global structure (specviz.engine.suffix): loaded from this file at the start when it
     # exists; a run (not bench or sweep) writes it back at the end. None: it lives for the process only.
     suffix_corpus: str | None = None
+    # Synthetic acceptance (teaching, benchmarks; vLLM's synthetic rejection sampling): each drafted
+    # position is accepted with this probability from the row's seeded stream, whatever the models say.
+    # The output is then NOT the target's text; None: the exact acceptance rule.
+    synthetic_acceptance: float | None = None
 
     def validate(self) -> None:
         """Reject bad input with one clear sentence (checked before anything loads)."""
@@ -114,4 +118,6 @@ class RunConfig:
             d.pop("device_map")
         if self.suffix_corpus is None:  # the config reads as before the suffix draft
             d.pop("suffix_corpus")
+        if self.synthetic_acceptance is None:  # the exact rule: the config reads as before synthetic acceptance
+            d.pop("synthetic_acceptance")
         return d

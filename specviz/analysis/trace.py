@@ -26,9 +26,21 @@ from specviz.records import Step
 # read as in version 2. A tree run's steps also carry "tree_width" and "tree_nodes": the (W, N) that
 # step drafted with (k = 0: 1 and 0), which --controller tree picks per step; there the config's
 # draft_length, tree_width and tree_nodes are its bounds. (Added fields: still version 3.)
+# A run with synthetic acceptance (RunConfig.synthetic_acceptance) has "synthetic_acceptance": alpha in its
+# config: its drafted tokens were accepted by a seeded Bernoulli(alpha) draw, not by the target, so its
+# text is not the target's (synthetic_label says so on every page and chart). (Added field: still version 3.)
 TRACE_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 PHASES = ("draft", "verify", "accept", "bookkeeping")
+
+
+def synthetic_label(config: dict) -> str | None:
+    """The label of a run made with synthetic acceptance (a trace's config), None for the exact rule:
+    the same words on every page, chart and CLI summary that shows such a run."""
+    alpha = (config or {}).get("synthetic_acceptance")
+    if alpha is None:
+        return None
+    return f"synthetic acceptance (alpha = {alpha:g}): not the target's text"
 
 
 def _div(a: float, b: float) -> float | None:

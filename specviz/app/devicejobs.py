@@ -192,9 +192,10 @@ def sweep(ctx, cfg, sizes: list[int], lengths: list[int], repeats: int) -> dict:
 @job("exactness")
 def exactness(ctx, cfg) -> list[dict]:
     """Both modes on the fp32 target: the rows of analysis.divergence.divergence_rows, with margins."""
-    from specviz.measure.correctness import divergence_rows
+    from specviz.measure.correctness import divergence_rows, refuse_synthetic
     from specviz.run import get_model, make_proposer, run as run_to_end
 
+    refuse_synthetic(cfg.to_trace_config())  # before minutes of decoding that could show nothing
     ctx.say("loading the fp32 target…")
     target = get_model(cfg.target, cfg.device, "float32")
     ctx.say("speculative run…")

@@ -72,6 +72,11 @@ RUN_FLAGS = [
                                  help="with --draft suffix: the global suffix structure (earlier requests' outputs), "
                                       "loaded at the start when the file exists; run saves it at the end (written "
                                       "whole), bench and sweep only read it")),
+        ("--synthetic-acceptance", dict(type=float, metavar="ALPHA",
+                                        help="teaching and benchmarks (vLLM's synthetic rejection sampling): accept each "
+                                             "drafted token with probability ALPHA from the row's seeded stream, "
+                                             "whatever the models say; the output is then NOT the target's text "
+                                             "(chains only)")),
     ]),
     ("sampling", [
         ("--temperature", dict(type=float, default=0.0, metavar="T", help="0 = greedy")),

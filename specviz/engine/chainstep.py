@@ -17,10 +17,12 @@ per row and verifies it with the ancestor mask. Regular decoding is a chain step
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
 from specviz.engine import streams
+from specviz.engine.sampling import accept_synthetic
 from specviz.engine.transfer import host_tensor
 from specviz.records import TreeNodes
 
@@ -49,7 +51,12 @@ class ChainDrafts:
 
 
 class ChainStep:
-    """Rows draft a line of up to k tokens each."""
+    """Rows draft a line of up to k tokens each. With ``synthetic`` (an alpha in [0, 1]) accept is the
+    synthetic rule (sampling.accept_synthetic: each drafted position accepted with probability alpha
+    from the row's own draws) instead of the decoder's exact rule: the same step, not the target's text."""
+
+    def __init__(self, synthetic: float | None = None):
+        self.synthetic = synthetic
 
     def draft(self, dec, k: int) -> ChainDrafts:
         u = streams.row_uniforms(dec.active, 2 * k + 1, dec.device)  # [B, 2k + 1] per-row streams
@@ -77,7 +84,8 @@ class ChainStep:
         return dec.kv.forward(ids, valid, reuse_logits=True, slots=flat)  # [B, w + 1, V], dead by the next verify
 
     def accept(self, dec, d: ChainDrafts, logits: torch.Tensor) -> StepVerdict:
-        verdict = dec.accept_fn(logits, d.tokens, d.num_drafted, d.u_verify, dec.params, d.probs)
+        rule = dec.accept_fn if self.synthetic is None else functools.partial(accept_synthetic, self.synthetic)
+        verdict = rule(logits, d.tokens, d.num_drafted, d.u_verify, dec.params, d.probs)
         w = d.width - 1
         # the step's one copy to the host: per row [accepted, drafted, output (w + 1), proposals (w)]
         host = torch.cat([verdict.num_accepted.long().unsqueeze(1), d.num_drafted.long().unsqueeze(1),

@@ -113,6 +113,7 @@ class SpecDecoder:
         refill: bool = True,
         tree=None,  # a treestep.TreeShape: every row drafts a token tree (None = chains)
         options: ForwardOptions | None = None,  # how the target's cache runs its forwards (None: the environment's)
+        synthetic: float | None = None,  # accept each drafted position with this probability (chains only): not the target's text
     ):
         self.target = target
         self.proposer = proposer
@@ -126,7 +127,9 @@ class SpecDecoder:
         self.compact_threshold = compact_threshold
         self.tree = tree
         # the step's kind: every row drafts a token tree, or a line of tokens (regular decoding: k = 0)
-        self.kind = TreeStep(tree) if tree is not None and proposer is not None else ChainStep()
+        if synthetic is not None and tree is not None:
+            raise ValueError("synthetic acceptance draws one decision per position of a chain: token trees have none")
+        self.kind = TreeStep(tree) if tree is not None and proposer is not None else ChainStep(synthetic)
         self.options = options
         # A feature draft (drafts.FeatureDraft) reads the target's final hidden states: the
         # prefill's go to proposer.start, each verify's to proposer.commit. keep_hidden keeps them

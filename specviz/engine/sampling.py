@@ -139,6 +139,40 @@ def accept_reference(
     return Verdict(num_accepted=num_accepted, emitted=emitted)
 
 
+def accept_synthetic(
+    alpha: float,  # the probability that each drafted position is accepted, in [0, 1]
+    target_logits: torch.Tensor,  # [B, k+1, V]
+    draft_tokens: torch.Tensor,  # [B, k]
+    num_drafted: torch.Tensor,  # [B]
+    uniforms: torch.Tensor,  # [B, k+1] in [0, 1)
+    params: SamplingParams,
+    draft_probs: torch.Tensor | None = None,  # unused: the draws decide, not p and q
+) -> Verdict:
+    """Synthetic acceptance, for teaching and benchmarks (vLLM's ``synthetic`` rejection sampling):
+    position i is accepted iff ``uniforms[:, i] < alpha``, whatever p and q say, so the accepted
+    length follows the analytic model's i.i.d. alpha exactly. The final token is the target's own
+    at the first rejected (or bonus) position: argmax p when greedy, else drawn from p with
+    ``uniforms[:, n]``. The output is NOT the target's text (an accepted draft token may be one
+    the target would never emit): never an exactness or distribution check."""
+    B, k1, V = target_logits.shape
+    k = k1 - 1
+    device = target_logits.device
+    pos = torch.arange(k, device=device)  # [k]
+    x = draft_tokens.clamp(min=0)  # [B, k]
+    ok = (uniforms[:, :k] < alpha) & (pos.unsqueeze(0) < num_drafted.unsqueeze(1))  # [B, k]; u <= 1 - 2^-24: alpha = 1 accepts all
+    num_accepted = ok.int().cumprod(dim=-1).sum(dim=-1)  # [B]
+    rows = torch.arange(B, device=device)
+    logits_final = target_logits[rows, num_accepted]  # [B, V]
+    if params.greedy:
+        final = argmax_last(logits_final)
+    else:
+        final = sample_inverse_cdf(process_logits(logits_final, params), uniforms[rows, num_drafted])
+    emitted = torch.full((B, k + 1), -1, dtype=torch.long, device=device)
+    emitted[:, :k] = torch.where(pos.unsqueeze(0) < num_accepted.unsqueeze(1), x, emitted[:, :k])
+    emitted[rows, num_accepted] = final
+    return Verdict(num_accepted=num_accepted, emitted=emitted)
+
+
 def draft_q_at(x: torch.Tensor, draft_probs: torch.Tensor | None, pos: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """q at each row's position ``pos`` [B] as [B, V]: one-hot of the proposal when draft_probs is None."""
     rows = torch.arange(x.shape[0], device=x.device)

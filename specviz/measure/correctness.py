@@ -16,6 +16,8 @@ import dataclasses
 import torch
 
 from specviz.analysis.divergence import divergence_rows as _rows
+from specviz.analysis.trace import synthetic_label
+from specviz.common import SpecvizError
 from specviz.engine.sampling import SamplingParams, accept_reference, process_logits
 from specviz.run import decoder_for_ids
 
@@ -75,9 +77,18 @@ def check_exactness(target, proposer, prompt_ids, batch_size: int, k: int, max_n
 
 # ---- checks on the Correctness page: two traces, and the acceptance rule's distribution --------------
 
+def refuse_synthetic(config: dict) -> None:
+    """Exactness asks whether speculation kept the target's text; a run with synthetic acceptance kept
+    drafted tokens the target never chose, so there is nothing to check: a SpecvizError that says so."""
+    if label := synthetic_label(config):
+        raise SpecvizError(f"this run used {label}, so it is not compared with regular decoding: run it again "
+                           "without synthetic acceptance to check exactness")
+
+
 def divergence_rows(spec: dict, regular: dict, target=None) -> list[dict]:
     """analysis.divergence.divergence_rows with ``target``'s logit margins (a forward over prompt +
-    regular output up to each divergence; None without a target)."""
+    regular output up to each divergence; None without a target). A synthetic run is refused."""
+    refuse_synthetic(spec.get("config", {}))
     return _rows(spec, regular, (lambda ids: logit_margin(target, ids)) if target is not None else None)
 
 

@@ -77,6 +77,10 @@ SHARED = [
     (["--draft", "suffix", "--suffix-corpus", "/sys/corpus.json"], "cannot write to folder /sys"),
     (["--draft", "suffix", "--draft-confidence", "0.5"], "the suffix draft has no confidence to stop on"),
     (["--prompt-set", "poems"], "argument --prompt-set: invalid choice: 'poems'"),
+    (["--synthetic-acceptance", "1.5"], "synthetic acceptance must be in [0, 1] (got 1.5)"),
+    (["--synthetic-acceptance", "nan"], "synthetic acceptance must be in [0, 1]"),
+    (["--synthetic-acceptance", "0.5", "--draft", "none"], "regular decoding drafts none"),
+    (["--synthetic-acceptance", "0.5", "--tree-width", "2"], "token trees (--tree-width > 1, --controller tree)"),
 ]
 # calibrate replaces the prompts with its own and checks its own context, so these skip it
 PROMPTED = [
