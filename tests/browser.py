@@ -130,6 +130,31 @@ class DevTools:
                   .querySelector('[aria-valuetext]').getAttribute('aria-valuetext')"""
         wait_for(lambda: self.js(now) == str(value), 10, f"slider {label!r} at {value}")
 
+    def click(self, x: float, y: float) -> None:
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def choose(self, label: str, option: str) -> None:
+        """Pick ``option`` (the text shown, or its start) in the Streamlit selectbox labelled ``label``:
+        click the box as a person does, then the option in the list it opens."""
+        box = f"""(() => {{ const s = [...document.querySelectorAll('[data-testid="stSelectbox"]')]
+                      .find(e => e.innerText.startsWith({json.dumps(label)}));
+                    const c = s && s.querySelector('[role="combobox"], input'); if (!c) return null;
+                    c.scrollIntoView({{block: "center"}}); const r = c.getBoundingClientRect();
+                    return [r.x + r.width / 2, r.y + r.height / 2]; }})()"""
+        x, y = wait_for(lambda: self.js(box), 90, f"selectbox {label!r}")
+        self.click(x, y)
+        pick = f"""(() => {{ const o = [...document.querySelectorAll('[role="option"]')]
+                       .find(e => e.innerText.trim().startsWith({json.dumps(option)}));
+                     if (!o) return null; o.scrollIntoView({{block: "center"}}); const r = o.getBoundingClientRect();
+                     return [r.x + r.width / 2, r.y + r.height / 2]; }})()"""
+        x, y = wait_for(lambda: self.js(pick), 10, f"option {option!r} of {label!r}")
+        self.click(x, y)
+        shown = f"""(() => {{ const s = [...document.querySelectorAll('[data-testid="stSelectbox"]')]
+                        .find(e => e.innerText.startsWith({json.dumps(label)}));
+                      const c = s && s.querySelector('input'); return c ? c.value : s && s.innerText; }})()"""
+        wait_for(lambda: option in (self.js(shown) or ""), 10, f"selectbox {label!r} showing {option!r}")
+
     def close(self):
         self.ws.close()
 
