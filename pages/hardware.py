@@ -4,7 +4,7 @@ import streamlit as st
 
 from specviz import telemetry
 from specviz.analysis.hardware import verify_use
-from specviz.app import charts, devicequeue, state as appstate
+from specviz.app import charts, devicequeue, runlabel, state as appstate
 from specviz.app.safetext import md_escape
 from specviz.analysis.costs import trace_calibration
 from specviz.common import SpecvizError
@@ -37,7 +37,9 @@ trace = appstate.current_trace()
 if trace is None:
     st.info("no run yet: press Run on the Live page (or load a trace there)")
 else:
-    st.plotly_chart(charts.utilization(trace, telemetry.UTIL_LABELS), key="hw_utilization")
+    if note := runlabel.page_note(trace):
+        st.warning(note)
+    st.plotly_chart(runlabel.mark(charts.utilization(trace, telemetry.UTIL_LABELS), trace), key="hw_utilization")
     sources = {s.get("source") for s in trace.get("telemetry") or []}
     if "nvml" in sources:
         st.caption("NVML utilization is kernel-busy % (a kernel ran during the sample window), not throughput.")

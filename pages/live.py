@@ -10,7 +10,7 @@ import time
 import streamlit as st
 
 from specviz.analysis import explain
-from specviz.app import state as appstate, charts, devicequeue, tokentext, treeview, queueview
+from specviz.app import state as appstate, charts, devicequeue, runlabel, tokentext, treeview, queueview
 from specviz.app.headline import headline
 from specviz.app.safetext import md_escape
 from specviz.app.upload import read_trace_upload, trace_csv_zip
@@ -77,6 +77,12 @@ with c2:
     st.slider("Temperature (0 = greedy)", *SLIDERS["temperature"], key="temperature")
     st.slider("Top-p", *SLIDERS["top_p"], key="top_p")
     st.slider("Max new tokens", *SLIDERS["max_new_tokens"][:3], key="max_new_tokens")
+    st.checkbox("Synthetic acceptance: set α by hand", key="synthetic_on",
+                help="teaching (vLLM's synthetic rejection sampling): each drafted token is accepted by a seeded draw "
+                     "with probability α, whatever the target says, so the speedup model's effect shows apart from "
+                     "the draft's quality; the text is then not the target's (chains only)")
+    if st.session_state.get("synthetic_on"):
+        st.slider("α: chance each drafted token is accepted", *SLIDERS["synthetic_acceptance"], key="synthetic_alpha")
 with c3:
     st.selectbox("Prompt set", list(promptsets.PROMPT_SETS), key="prompt_set", on_change=load_prompt_set,
                  format_func=tokentext.short_label, help="n-gram drafts shine on the copy-heavy summarize/rewrite set")
@@ -102,6 +108,8 @@ def config_from_widgets() -> RunConfig:
                      draft_length=int(ss["draft_length"]), controller=ss["controller"],
                      temperature=float(ss["temperature"]), top_p=float(ss["top_p"]),
                      max_new_tokens=int(ss["max_new_tokens"]), seed=int(ss["seed"]),
+                     synthetic_acceptance=float(ss.get("synthetic_alpha", SLIDERS["synthetic_acceptance"][2]))
+                     if ss.get("synthetic_on") else None,
                      mode="regular" if appstate.draft_spec(ss) == "none" else "speculative",
                      **appstate.queue_settings(ss),
                      **(dict(zip(("tree_width", "tree_nodes"), TREE_BOUNDS)) if ss["controller"] == "tree" else {}),
@@ -167,6 +175,8 @@ def draw(trace: dict, decode, live: bool, regular: dict | None = None, with_char
     st.caption(f"b={cfg.get('batch_size')}, k={cfg.get('draft_length')}, controller={text('controller')}, "
                f"mode={text('mode')}, target={text('target_name', 'target')}, "
                f"draft={text('draft_name', 'draft')}, {len(trace.get('steps', []))} steps")
+    if note := runlabel.page_note(trace):
+        st.warning(note)
     glossary()
     headline(trace, regular)
     if with_charts:
@@ -184,16 +194,17 @@ def draw(trace: dict, decode, live: bool, regular: dict | None = None, with_char
 
 def draw_charts(trace: dict, decode, live: bool) -> None:
     left, right = st.columns(2)
-    left.plotly_chart(charts.phase_timeline(trace), key="phase_timeline")
-    right.plotly_chart(charts.phase_totals(trace), key="phase_totals")
-    left.plotly_chart(charts.acceptance_heatmap(trace, decode, max_hover_steps=150 if live else 400),
+    mark = lambda fig: runlabel.mark(fig, trace)  # noqa: E731  (a synthetic run says so on every chart)
+    left.plotly_chart(mark(charts.phase_timeline(trace)), key="phase_timeline")
+    right.plotly_chart(mark(charts.phase_totals(trace)), key="phase_totals")
+    left.plotly_chart(mark(charts.acceptance_heatmap(trace, decode, max_hover_steps=150 if live else 400)),
                       key="acceptance_heatmap")
-    right.plotly_chart(charts.acceptance_rate_bars(trace), key="acceptance_rate")
-    left.plotly_chart(queueview.lengths_chart(trace), key="ragged_lengths")  # a slot timeline under a queue
-    right.plotly_chart(charts.wasted_slots(trace), key="wasted_slots")
-    left.plotly_chart(charts.token_latency(trace), key="token_latency")
-    right.plotly_chart(charts.position_acceptance(trace), key="position_acceptance")
-    left.plotly_chart(charts.utilization(trace, _util_labels()), key="utilization")
+    right.plotly_chart(mark(charts.acceptance_rate_bars(trace)), key="acceptance_rate")
+    left.plotly_chart(mark(queueview.lengths_chart(trace)), key="ragged_lengths")  # a slot timeline under a queue
+    right.plotly_chart(mark(charts.wasted_slots(trace)), key="wasted_slots")
+    left.plotly_chart(mark(charts.token_latency(trace)), key="token_latency")
+    right.plotly_chart(mark(charts.position_acceptance(trace)), key="position_acceptance")
+    left.plotly_chart(mark(charts.utilization(trace, _util_labels())), key="utilization")
     treeview.section(trace, decode)  # token trees only; nothing for chain runs
     queueview.draw(trace)  # request queues only; nothing for a static batch
 
@@ -307,7 +318,7 @@ def replay_view() -> None:
     spec, reg = st.session_state.get(appstate.TRACE_KEY), st.session_state.get("regular_trace")
     t = time.perf_counter() - st.session_state["replay_t0"]
     end = max(charts.run_duration(spec), charts.run_duration(reg))
-    st.plotly_chart(charts.race({"speculative": spec, "regular": reg}, until=t), key="race_replay")
+    st.plotly_chart(runlabel.mark(charts.race({"speculative": spec, "regular": reg}, until=t), spec), key="race_replay")
     cols = st.columns(2)
     for col, name, tr in ((cols[0], "speculative", spec), (cols[1], "regular", reg)):
         decode = appstate.trace_decoder(tr)
@@ -329,8 +340,8 @@ if not running and trace_now is not None and st.session_state.get("regular_trace
     if st.session_state.get("replay_t0"):
         st.fragment(replay_view, run_every=0.2)()
     else:
-        st.plotly_chart(charts.race({"speculative": trace_now, "regular": st.session_state["regular_trace"]}),
-                        key="race_chart")
+        st.plotly_chart(runlabel.mark(charts.race({"speculative": trace_now, "regular": st.session_state["regular_trace"]}),
+                                      trace_now), key="race_chart")
 
 
 # ---- export / import ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import streamlit as st
 from specviz.analysis import analytic as an
 from specviz.analysis.costs import synthetic_calibrations, trace_calibration
 from specviz.analysis.explain import batch_gain_reason, measured_speedup
-from specviz.app import modelcharts, state as appstate, tokentext
+from specviz.app import modelcharts, runlabel, state as appstate, tokentext
 from specviz.app.safetext import md_escape
 from specviz.analysis.engineconfig import ENGINES
 from specviz.common import SpecvizError
@@ -69,6 +69,8 @@ if trace is not None:
     st.info(f"Opened on the last run: b = {rv['sp_b']}, k = {rv['sp_k']}"
             + (f", α = {rv['sp_alpha']:.3f}" if "sp_alpha" in rv else "")
             + (f", c = {rv['sp_c']:.3f}" if "sp_c" in rv else "") + ". Move the sliders to ask about other cases.")
+    if note := runlabel.page_note(trace):
+        st.warning(note)
 c1, c2, c3 = st.columns(3)
 b = c1.slider("batch size b", 1, 64, key="sp_b")
 k = c1.slider("draft length k", 0, K_MAX, key="sp_k")
@@ -115,14 +117,17 @@ for cell in st.session_state.get("sweep_results") or []:
 
 batches = sorted(set(BATCHES + [b]))
 curves = {bb: [speedup(bb, kk) for kk in range(K_MAX + 1)] for bb in batches}
-st.plotly_chart(modelcharts.speedup_vs_k(curves, [m for m in measured if m["b"] in curves]), key="speedup_vs_k")
+shown = trace if ms is not None else None  # the run's measured point is on the charts: so is its label
+st.plotly_chart(runlabel.mark(modelcharts.speedup_vs_k(curves, [m for m in measured if m["b"] in curves]), shown),
+                key="speedup_vs_k")
 st.markdown("**Why a bigger batch gains less.** "
             + batch_gain_reason(costs_at(64).target, k, 1, 64, calibrated=cal is not None))
 
 left, right = st.columns(2)
 all_b = list(range(1, 65))
-left.plotly_chart(modelcharts.optimal_k_curve(all_b, [an.optimal_k(bb, alpha, costs_at(bb), K_MAX) for bb in all_b],
-                                              modelcharts.best_measured(measured)), key="optimal_k")
+left.plotly_chart(runlabel.mark(modelcharts.optimal_k_curve(all_b, [an.optimal_k(bb, alpha, costs_at(bb), K_MAX)
+                                                                   for bb in all_b], modelcharts.best_measured(measured)),
+                                shown), key="optimal_k")
 ks = list(range(K_MAX + 1))
 right.plotly_chart(modelcharts.bk_heatmap(BATCHES, ks, [[speedup(bb, kk) for kk in ks] for bb in BATCHES],
                                           title="Predicted speedup by (b, k)"), key="bk_heatmap")

@@ -58,6 +58,7 @@ SLIDERS = {
     "seed": (0, 2**31 - 1, 0, 1),
     "requests": (0, 4096, 0, 1),  # 0 on the page = one static batch of b (None in the config)
     "arrival_rate": (0.0, 1000.0, 0.0, 0.5),
+    "synthetic_acceptance": (0.0, 1.0, 0.8, 0.05),  # the Live page's α by hand (its checkbox turns it on)
 }
 
 

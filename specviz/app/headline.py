@@ -7,6 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz.analysis import explain
+from specviz.analysis.trace import synthetic_label
 from specviz.app import state as appstate, tokentext
 from specviz.common import SpecvizError
 from specviz.measure.hostload import is_busy
@@ -56,6 +57,9 @@ def headline(trace: dict, regular: dict | None) -> None:
 
 def exactness_line(trace: dict, regular: dict | None) -> None:
     """After a greedy run with its regular baseline: did speculation change the output?"""
+    if regular is not None and (label := synthetic_label(trace.get("config", {}))):
+        st.info(f"Not compared with regular decoding: this run used {label}.")
+        return
     if regular is None or trace.get("partial") or trace.get("config", {}).get("temperature", 0) != 0:
         return
     cache = st.session_state.setdefault("_exactness", {})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz.app import queuecharts
+from specviz.app import queuecharts, runlabel
 from specviz.app.charts import ragged_lengths
 from specviz.bounds import SLIDERS
 
@@ -54,5 +54,5 @@ def draw(trace: dict) -> None:
     if line:
         st.caption(line)
     left, right = st.columns(2)
-    left.plotly_chart(queuecharts.queue_length(trace), key="queue_length")
-    right.plotly_chart(queuecharts.latency_distributions(trace), key="latency_distributions")
+    left.plotly_chart(runlabel.mark(queuecharts.queue_length(trace), trace), key="queue_length")
+    right.plotly_chart(runlabel.mark(queuecharts.latency_distributions(trace), trace), key="latency_distributions")

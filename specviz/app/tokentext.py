@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from specviz.analysis.trace import synthetic_label
 from specviz.app.charts import KIND_COLORS, SPECIAL, special_label, token_kinds
 from specviz.app.safetext import html_text, md_escape
 
@@ -159,6 +160,9 @@ def draft_text(cfg: dict, c: float | None) -> str:
 
 def model_note(cfg: dict) -> str:
     """Under the generated text: whose text it is, and that a small model's answers can be wrong."""
+    if label := synthetic_label(cfg):  # the draws, not the target, kept the drafted tokens
+        return (f"This text comes from {label}: drafted tokens were kept by a seeded draw, so it is neither the "
+                "target's nor the draft's own answer.")
     params = cfg.get("target_params")
     who = f"a {params / 1e6:,.0f}M-parameter model" if isinstance(params, (int, float)) and params > 0 else "the target model"
     return (f"This text is what {who} generated, and its answers can be wrong: specviz shows how a model "
