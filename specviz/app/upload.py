@@ -24,7 +24,7 @@ MAX_TOKEN_ID = 2**31 - 1  # no vocabulary is larger; a tokenizer's decode overfl
 CONFIG_TEXT = ("target", "draft", "controller", "mode", "device", "dtype", "target_name", "draft_name")
 CONFIG_NUMBERS = ("max_new_tokens", "temperature", "top_p", "seed", "draft_confidence", "requests", "arrival_rate",
                   "tree_width", "tree_nodes", "target_layers", "target_params", "target_own_params", "draft_layers",
-                  "draft_params", "draft_own_params")
+                  "draft_params", "draft_own_params", "synthetic_acceptance")
 SEQUENCE_TEXT = ("prompt", "text", "finish_reason")
 SEQUENCE_IDS = ("prompt_token_ids", "output_token_ids")
 TREE_INDICES = ("parent", "depth", "rank", "path")

@@ -140,6 +140,7 @@ def test_html_in_every_text_field_but_the_finish_reasons_passes_as_text_the_page
     ("config.dtype", lambda t: t["config"].update(dtype=["bfloat16"])),
     ("config.draft_params", lambda t: t["config"].update(draft_params=PAYLOAD)),
     ("config.temperature", lambda t: t["config"].update(temperature=True)),
+    ("config.synthetic_acceptance", lambda t: t["config"].update(synthetic_acceptance=PAYLOAD)),
     ("sequences[0].prompt", lambda t: t["sequences"][0].update(prompt=5)),
     ("sequences[0].ttft_s", lambda t: t["sequences"][0].update(ttft_s=PAYLOAD)),
     ("steps[0].queue_length", lambda t: t["steps"][0].update(queue_length=PAYLOAD)),
