@@ -23,6 +23,7 @@ pages = [
     st.Page("pages/correctness.py", title="Correctness", icon=":material/rule:"),
     st.Page("pages/hardware.py", title="Hardware", icon=":material/memory:"),
     st.Page("pages/server.py", title="Server", icon=":material/dns:"),
+    st.Page("pages/lessons.py", title="Lessons", icon=":material/school:"),
 ]
 page = st.navigation(pages)
 

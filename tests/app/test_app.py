@@ -25,7 +25,7 @@ from specviz.app.safetext import md_escape  # noqa: E402
 ROOT = str(locations.ROOT)
 APP = os.path.join(ROOT, "app.py")
 PAGES = ["pages/live.py", "pages/speedup.py", "pages/sweep.py", "pages/correctness.py", "pages/hardware.py",
-         "pages/server.py"]
+         "pages/server.py", "pages/lessons.py"]
 LIVE_CHARTS = {"acceptance_heatmap", "acceptance_rate", "ragged_lengths", "wasted_slots", "phase_timeline",
                "token_latency", "utilization", "position_acceptance"}
 
