@@ -3,15 +3,17 @@
 # the Python dependencies, the packaged default model, the `specviz` command, and (with --browser) Debian's Chromium for
 # the end-to-end browser test, and (with --vllm) vLLM in its own virtualenv .venv-vllm for
 # `python -m specviz vllm serve`, the peer benchmark and the opt-in real-server test (vLLM pins an
-# older transformers than ours). Safe to run again: it only installs what is missing.
+# older transformers than ours), and (with --llamacpp) llama-cpp-python, built from source for this CPU, in
+# .venv-llamacpp for `bench --peer llamacpp`. Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")"
-want_browser=0 want_vllm=0
+want_browser=0 want_vllm=0 want_llamacpp=0
 for arg in "$@"; do
   case "$arg" in
     --browser) want_browser=1 ;;
     --vllm) want_vllm=1 ;;
-    *) echo "setup: unknown option $arg (known: --browser, --vllm)" >&2; exit 2 ;;
+    --llamacpp) want_llamacpp=1 ;;
+    *) echo "setup: unknown option $arg (known: --browser, --vllm, --llamacpp)" >&2; exit 2 ;;
   esac
 done
 [ -x .venv/bin/python ] || python3 -m venv .venv
@@ -49,4 +51,30 @@ if [ "$want_vllm" = 1 ]; then
     # Only multimodal models need them.
     .venv-vllm/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
   fi
+fi
+if [ "$want_llamacpp" = 1 ]; then
+  lcp=0.3.36
+  [ -x .venv-llamacpp/bin/python ] || python3 -m venv .venv-llamacpp
+  if ! .venv-llamacpp/bin/python -c "import importlib.metadata as m; assert m.version('llama_cpp_python') == '$lcp'" 2>/dev/null \
+      || [ ! -f .venv-llamacpp/convert/convert_hf_to_gguf.py ]; then
+    src=$(mktemp -d)
+    .venv-llamacpp/bin/python -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$src" \
+      "llama-cpp-python==$lcp"
+    tar -xzf "$src"/llama_cpp_python-$lcp.tar.gz -C "$src"
+    # The registry serves only the source: this compiles llama.cpp (about 8 minutes on 2 idle cores). CPU only,
+    # for this machine's own instruction set (GGML_NATIVE, -march=native): the environment is built where it runs
+    # and never copied, and the peer should be llama.cpp at its best on this CPU. No multimodal library
+    # (LLAVA_BUILD=OFF): only image chats load it, and it is a large part of the build.
+    CMAKE_ARGS="-DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" \
+      CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+      .venv-llamacpp/bin/python -m pip install -q --disable-pip-version-check "$src"/llama_cpp_python-$lcp.tar.gz
+    # llama.cpp's converter (our safetensors -> GGUF), its conversion package and the gguf-py it was written
+    # against: specviz runs it with its own interpreter, which has the torch and transformers it imports.
+    rm -rf .venv-llamacpp/convert && mkdir -p .venv-llamacpp/convert
+    cp -r "$src/llama_cpp_python-$lcp/vendor/llama.cpp/"{convert_hf_to_gguf.py,conversion,gguf-py} .venv-llamacpp/convert/
+    rm -rf "$src"
+  fi
+  # The converter imports sentencepiece before it looks for a tokenizer.model (ours has none: tokenizer.json).
+  .venv/bin/python -c "import sentencepiece" 2>/dev/null \
+    || .venv/bin/python -m pip install -q --disable-pip-version-check sentencepiece
 fi

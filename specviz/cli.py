@@ -151,7 +151,7 @@ def cmd_bench(a) -> int:
 
     cfg = _config(a)
     cfg.validate()
-    if a.peer == "vllm":  # a real vLLM server beside our engine (specviz.peers.bench)
+    if a.peer in ("vllm", "llamacpp"):  # a real vLLM server or llama.cpp beside our engine (specviz.peers)
         return cmd_vllm(a, cfg)
     passes = len(cfg.every_prompt()) * cfg.batch_size * cfg.max_new_tokens
     bar = _progress(a.repeats * 2 * passes, "bench")
@@ -340,7 +340,7 @@ def cmd_vllm(a, cfg=None) -> int:
         with stop:
             return run_vllm(a, cfg)
     except Interrupted:
-        print(f"specviz: interrupted ({stop.signal}): the vLLM server was stopped", file=sys.stderr)
+        print(f"specviz: interrupted ({stop.signal}): the {'llama.cpp worker' if getattr(a, 'peer', '') == 'llamacpp' else 'vLLM server'} was stopped", file=sys.stderr)
         return stop.exit_code
 
 

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from specviz.bounds import FLOATS, INT_LISTS, INTS, MAX_ROWS, check_numbers, int_list  # noqa: F401 (the pass's API)
+from specviz.checks.peerflags import PEER_CHECKED, PEER_NO_CHECK, check_peer_args
 from specviz.checks.tuneflags import TUNE_CHECKED, TUNE_NO_CHECK, check_tune_args
 from specviz.common import EXIT_BAD_INPUT, MissingResource, SpecvizError
 
@@ -32,7 +33,7 @@ CHECKED = {
     "target": "model SPEC: path exists and is a model; its context fits the run",
     "draft": "draft SPEC: default, none, ngram[:N], suffix or a model SPEC",
     "suffix_corpus": "only with --draft suffix; a file in a writable folder, not a directory",
-    "peer_draft": "draft SPEC",
+    **PEER_CHECKED,
     "prompt": "some text; fits the context",
     "prompts": "a readable UTF-8 file of prompts (or JSONL), not a directory, not empty; fits the context",
     "controller": "a known policy, built once with its --controller-arg options; tree: a tree draft, --tree-width >= 2",
@@ -64,7 +65,7 @@ NEEDS_NO_CHECK = {
     "dtype": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "kind": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "vllm_action": "choices=: argparse refuses anything else in one line (OneLineParser)",
-    "peer": "choices=; --peer vllm's draft and temperature: specviz.peers.bench.check_peer, before any load",
+    **PEER_NO_CHECK,
     **TUNE_NO_CHECK,
 }
 RUN_COMMANDS = ("run", "bench", "calibrate", "sweep")
@@ -295,8 +296,7 @@ def check_run_args(cmd: str, a) -> None:
     check_device(a.device)
     target_dir = model_dir(a.target, "--target")
     draft_dir = check_draft(a.draft, "--draft")
-    if getattr(a, "peer_draft", None):
-        check_draft(a.peer_draft, "--peer-draft")
+    check_peer_args(a, check_draft)
     shapes = a.controller == "tree"  # it picks (k, W, N) per step, up to --draft-length, --tree-width, --tree-nodes
     if (getattr(a, "tree_width", 1) > 1 or shapes) and a.draft == "none":
         flag = "--controller tree" if shapes else f"--tree-width {a.tree_width}"

@@ -89,11 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     g = pb.add_argument_group("benchmark")
     g.add_argument("--repeats", type=int, default=3, metavar="N", help="interleaved rounds; the ratios are their median")
     g.add_argument("--no-peer", action="store_true", help="skip transformers' generate() peer")
-    g.add_argument("--peer", choices=["transformers", "vllm"], default="transformers",
-                   help="vllm: a real vLLM server on the same prompts (needs `bash setup.sh --vllm`)")
+    g.add_argument("--peer", choices=["transformers", "vllm", "llamacpp"], default="transformers",
+                   help="vllm: a real vLLM server on the same prompts (needs `bash setup.sh --vllm`); llamacpp: "
+                        "llama.cpp through llama-cpp-python on GGUFs of the same weights (needs `bash setup.sh --llamacpp`)")
     g.add_argument("--peer-draft", metavar="SPEC",
                    help="the peer's draft when it differs from ours (transformers cannot run a feature draft; "
-                        "with --peer vllm: none or ngram[:N], vLLM's side against our model draft)")
+                        "with --peer vllm: none or ngram[:N], vLLM's side against our model draft; with --peer "
+                        "llamacpp: llama.cpp's draft model, q4_1 (the packaged target at 4 bits, the default) or a .gguf)")
+    g.add_argument("--peer-modes", metavar="LIST",
+                   help="--peer llamacpp: llama.cpp's arms, of regular, lookup (its prompt lookup) and draft (a draft "
+                        "model); default all three at --batch-size 1, regular above (it speculates at one slot only)")
+    g.add_argument("--peer-weights", default="bf16", metavar="LIST",
+                   help="--peer llamacpp: the GGUFs it runs, of bf16 (our weights, the same bits), f32 and q4_1 (the "
+                        "packaged 4-bit file: a lower bandwidth floor); bf16 and f32 are written once from ours")
     g.add_argument("--json", action="store_true", help="print the summary as one JSON object instead of the table")
 
     pc = add_subcommand(sub, "calibrate", "fit the cost model of the target and draft on this device",

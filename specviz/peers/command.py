@@ -54,6 +54,10 @@ def run_vllm(a, cfg=None) -> int:
     if a.cmd == "vllm":
         serve(config_of(a))
         return 0
+    if a.peer == "llamacpp":  # the other peer in its own environment (the CLI's signal handling is the same)
+        from specviz.peers.llamacpp import run_llamacpp
+
+        return run_llamacpp(a, cfg)
     from specviz.peers.bench import check_peer, format_result, peer_bench
 
     check_peer(cfg, a.peer_draft)

@@ -117,6 +117,9 @@ OWN = {
         (["--peer", "vllm", "--peer-draft", "default"], "vLLM's side of the peer bench runs ngram or regular"),
         (["--peer", "vllm", "--draft", "ngram", "--temperature", "0.7"], "compares greedy outputs"),
         (["--json", "--peer", "vllm", "--draft", "ngram", "--peer-draft", "ngram"], "drop one of them"),
+        (["--peer", "llamacpp", "--peer-modes", "regular,beam"], "--peer-modes takes a comma-separated list"),
+        (["--peer", "llamacpp", "--peer-weights", "int8"], "--peer-weights takes a comma-separated list"),
+        (["--peer", "llamacpp", "--batch-size", "4", "--peer-modes", "lookup"], "speculates at one slot only"),
     ],
     "calibrate": [
         (["--batch-sizes", "0,2"], "--batch-sizes must be comma-separated integers from 1"),
