@@ -100,9 +100,11 @@ def speedup(bb: int, kk: int) -> float:
 
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("E output tokens / step", f"{an.expected_tokens_per_step(alpha, k):.2f}")
-m2.metric(f"predicted speedup at b={b}, k={k}", f"{speedup(b, k):.2f}x")
+m2.metric(runlabel.prediction_label(f"predicted speedup at b={b}, k={k}", cal is not None), f"{speedup(b, k):.2f}x")
 m3.metric("batch-1 formula S", f"{an.speedup_batch1(alpha, k, c):.2f}x")
-m4.metric(f"k*(b={b})", an.optimal_k(b, alpha, costs_at(b), K_MAX))
+m4.metric(runlabel.prediction_label(f"k*(b={b})", cal is not None), an.optimal_k(b, alpha, costs_at(b), K_MAX))
+if cal is None:
+    m2.caption(runlabel.WHY_ROOFLINE)
 
 # measured points: the last live run raced against regular decoding, and the sweep's cells
 measured = []
@@ -118,19 +120,20 @@ for cell in st.session_state.get("sweep_results") or []:
 batches = sorted(set(BATCHES + [b]))
 curves = {bb: [speedup(bb, kk) for kk in range(K_MAX + 1)] for bb in batches}
 shown = trace if ms is not None else None  # the run's measured point is on the charts: so is its label
-st.plotly_chart(runlabel.mark(modelcharts.speedup_vs_k(curves, [m for m in measured if m["b"] in curves]), shown),
-                key="speedup_vs_k")
+st.plotly_chart(runlabel.mark(runlabel.mark_uncalibrated(
+    modelcharts.speedup_vs_k(curves, [m for m in measured if m["b"] in curves]), cal is not None), shown), key="speedup_vs_k")
 st.markdown("**Why a bigger batch gains less.** "
             + batch_gain_reason(costs_at(64).target, k, 1, 64, calibrated=cal is not None))
 
 left, right = st.columns(2)
 all_b = list(range(1, 65))
-left.plotly_chart(runlabel.mark(modelcharts.optimal_k_curve(all_b, [an.optimal_k(bb, alpha, costs_at(bb), K_MAX)
-                                                                   for bb in all_b], modelcharts.best_measured(measured)),
-                                shown), key="optimal_k")
+left.plotly_chart(runlabel.mark(runlabel.mark_uncalibrated(modelcharts.optimal_k_curve(
+    all_b, [an.optimal_k(bb, alpha, costs_at(bb), K_MAX) for bb in all_b], modelcharts.best_measured(measured)),
+    cal is not None), shown), key="optimal_k")
 ks = list(range(K_MAX + 1))
 right.plotly_chart(modelcharts.bk_heatmap(BATCHES, ks, [[speedup(bb, kk) for kk in ks] for bb in BATCHES],
-                                          title="Predicted speedup by (b, k)"), key="bk_heatmap")
+                                          title=runlabel.prediction_label("Predicted speedup by (b, k)", cal is not None)),
+                   key="bk_heatmap")
 
 # Recommend: `specviz tune`'s answer for this trace (specviz.peers.tune), with one engine's settings
 st.subheader("Recommend")
@@ -154,7 +157,7 @@ else:
     st.dataframe([{"batch size": x["batch_size"], "k": "off" if x["off"] else str(x["k"]),
                    f"goodput ({inputs.unit})": round(x["goodput"], 2),
                    "90% interval": "-" if not x["interval"] else f"{x['interval'][0]:.2f} – {x['interval'][1]:.2f}",
-                   "speedup": f"{x['speedup']:.2f}x", "P(k best)": x["p_best"]} for x in ans["recommendations"]],
+                   runlabel.prediction_label("speedup", cal is not None): f"{x['speedup']:.2f}x", "P(k best)": x["p_best"]} for x in ans["recommendations"]],
                  hide_index=True)
     s = ans["statistics"] or {}
     st.caption(f"From {s.get('rounds', 0)} rounds; costs: {md_escape(note)}. Acceptance per position "
@@ -181,7 +184,7 @@ else:
     labels = [f"{c.target} + {c.draft} ({c.device}, {c.dtype}, {c.created or 'undated'})" for _, c in synthetic]
     pick = st.selectbox("synthetic calibration", labels, key="sp_synth")
     path, big = synthetic[labels.index(pick)]
-    small_name = f"{cal.target} + {cal.draft} ({cal.device}, {cal.dtype})" if cal is not None else "illustrative roofline"
+    small_name = f"{cal.target} + {cal.draft} ({cal.device}, {cal.dtype})" if cal is not None else "illustrative roofline (uncalibrated)"
     ks_small = [an.optimal_k(bb, alpha, costs_at(bb), K_MAX) for bb in all_b]
     ks_big = [an.optimal_k(bb, alpha, big.costs(bb), K_MAX) for bb in all_b]
     st.caption(f"SYNTHETIC: random weights, so only the costs are real, measured on {md_escape(big.device)} in "
@@ -194,7 +197,8 @@ else:
         cs = cs_at(bb)
         return an.speedup_batch(bb, kk, alpha, cs.target, cs.draft, cs.overhead, cs.regular_overhead)
 
-    rows = ["| b | k* small pair | its speedup | k* 7B-shaped | its speedup |", "|---|---|---|---|---|"]
+    rows = [f"| b | k* small pair | {runlabel.prediction_label('its speedup', cal is not None)} | k* 7B-shaped | its speedup |",
+            "|---|---|---|---|---|"]
     for bb in (1, 4, 8, 16, 32, 64):
         ks, kb = ks_small[bb - 1], ks_big[bb - 1]
         rows.append(f"| {bb} | {ks} | {best(costs_at, bb, ks):.2f}x | {kb} | {best(big.costs, bb, kb):.2f}x |")

@@ -8,7 +8,7 @@ import streamlit as st
 
 from specviz.analysis import explain
 from specviz.analysis.trace import synthetic_label
-from specviz.app import state as appstate, tokentext
+from specviz.app import runlabel, state as appstate, tokentext
 from specviz.common import SpecvizError
 from specviz.measure.hostload import is_busy
 
@@ -27,10 +27,12 @@ def headline(trace: dict, regular: dict | None) -> None:
     top[0].metric("tokens/s", fmt(s.get("tokens_per_s"), "{:.1f}"), help="output tokens of all rows / wall time")
     top[1].metric("measured speedup", fmt(measured, "{:.2f}x"),
                   help="tokens/s over regular decoding of the same prompts, run right after (Race)")
-    top[2].metric("predicted speedup", fmt(pred, "{:.2f}x"),
+    top[2].metric(runlabel.prediction_label("predicted speedup", costs is not None), fmt(pred, "{:.2f}x"),
                   help=("fitted cost model; each row's own α and length, the batch running to its last row"
                         if costs is not None else
                         f"not calibrated yet: batch-1 formula with the measured α and c = {c or 0.05:.3f}"))
+    if costs is None and pred is not None:
+        top[2].caption(runlabel.WHY_LIVE)
     bottom[0].metric("α (per-position acceptance)", fmt(alpha, "{:.3f}"),
                      help="accepted draft tokens / draft positions the target checked (defined below)")
     bottom[1].metric("acceptance rate", fmt(s.get("acceptance_rate"), "{:.3f}"),
@@ -47,7 +49,8 @@ def headline(trace: dict, regular: dict | None) -> None:
         reason = ("" if busy else  # the method is not to blame for a machine that was busy
                   explain.gap_reason(measured, pred, alpha, c, explain.verify_ratio(trace, regular),
                                      explain.ragged_tail(trace)) + ".")
-        st.markdown(f"**Measured {measured:.2f}× vs predicted {pred:.2f}× ({measured - pred:+.2f}).** {reason}")
+        uncal = "" if costs is not None else f" ({runlabel.UNCALIBRATED})"
+        st.markdown(f"**Measured {measured:.2f}× vs predicted {pred:.2f}×{uncal} ({measured - pred:+.2f}).** {reason}")
     if measured is not None and busy:
         st.warning(f"{busy[0].upper()}{busy[1:]}: the measured speedup is unreliable. Run again on an idle machine.")
     if line := tokentext.draft_text(cfg, c):  # what this draft is: its size against the target's, its measured cost

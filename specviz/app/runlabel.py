@@ -38,3 +38,26 @@ def mark(fig, trace: dict | None):
     fig.update_layout(title_text=f"{title}<br><span style='font-size:12px;color:{LABEL_COLOUR}'>{label}</span>",
                       margin_t=top + 18)
     return fig
+
+
+# ---- a prediction without a calibration ------------------------------------------------------------------
+# Until `specviz calibrate` has measured this pair's forward costs on this device and dtype, every predicted
+# number stands on assumed costs: the word sits next to the number, its one-line reason under it.
+UNCALIBRATED = "uncalibrated"
+WHY_LIVE = ("uncalibrated: no calibration of this pair on this device and dtype yet, so the prediction is the "
+            "batch-1 formula with this run's α and draft cost c; `python -m specviz calibrate` measures the costs.")
+WHY_ROOFLINE = ("uncalibrated: no calibration of this pair on this device and dtype yet, so these predictions use an "
+                "illustrative roofline (a forward flat up to N* tokens, a draft step c of a target step); "
+                "`python -m specviz calibrate` measures the costs.")
+
+
+def prediction_label(label: str, calibrated: bool) -> str:
+    """A predicted number's label, with "(uncalibrated)" beside it when no calibration stands behind it."""
+    return label if calibrated else f"{label} ({UNCALIBRATED})"
+
+
+def mark_uncalibrated(fig, calibrated: bool):
+    """A figure of predictions: " (uncalibrated)" after its title when no calibration stands behind them."""
+    if not calibrated:
+        fig.update_layout(title_text=prediction_label(fig.layout.title.text or "", False))
+    return fig
