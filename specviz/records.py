@@ -23,16 +23,18 @@ class TreeNodes:
     path: tuple[int, ...]  # the accepted nodes, root to leaf
     prob: tuple[float, ...] | None = None  # [N] the draft's probability of the node given its parent
     rank: tuple[int, ...] | None = None  # [N] sibling rank, 0 = the draft's top guess
+    origin: tuple[str, ...] | None = None  # [N] the draft that proposed the node: "model", "suffix", "ngram"
+    # ("both": a merged tree's model and suffix drafts both did); None in traces from before it was kept
 
     def to_json(self) -> dict:
         d = {"token": list(self.token), "parent": list(self.parent), "depth": list(self.depth)}
-        d.update({name: list(v) for name in ("prob", "rank") if (v := getattr(self, name)) is not None})
+        d.update({name: list(v) for name in ("prob", "rank", "origin") if (v := getattr(self, name)) is not None})
         d["path"] = list(self.path)
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "TreeNodes":
-        opt = {name: tuple(d[name]) for name in ("prob", "rank") if d.get(name) is not None}
+        opt = {name: tuple(d[name]) for name in ("prob", "rank", "origin") if d.get(name) is not None}
         return cls(tuple(d["token"]), tuple(d["parent"]), tuple(d["depth"]), tuple(d["path"]), **opt)
 
 

@@ -18,6 +18,7 @@ from specviz.engine.policies import COST_AWARE, UNCALIBRATED, make_controller
 from specviz.models.distilled import get_distilled_draft, is_distilled_draft
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.suffix import SuffixDraft
+from specviz.engine.hybrid import HybridDraft
 from specviz.engine.decoder import SpecDecoder
 from specviz.common import SpecvizError
 from specviz.models.devicemap import placement
@@ -45,7 +46,7 @@ def trace_config(cfg: RunConfig, target=None, proposer=None) -> dict:
         d.update({f"target_{k}": v for k, v in _model_facts(target).items()})
     if proposer is not None:
         d["draft_name"] = proposer.name
-        if getattr(proposer, "kind", None) == "suffix":  # what the global structure held when the run started
+        if hasattr(proposer, "corpus"):  # a suffix draft's global structure (or a hybrid's): what it held at the start
             d["suffix_corpus_tokens"] = proposer.corpus.tokens
             d["suffix_corpus_requests"] = proposer.corpus.requests
         d.update({f"draft_{k}": v for k, v in _model_facts(getattr(proposer, "loaded", None), target).items()})
@@ -84,6 +85,8 @@ def resolve_draft_spec(draft: str, target) -> str:
     - a target in float32: its own weights in bfloat16 (acceptance ~0.97 at about half the cost);
     - otherwise prompt-lookup n-grams.
     """
+    if draft.endswith("+suffix"):  # the hybrid: its model part resolved so
+        return resolve_draft_spec(draft.removesuffix("+suffix"), target) + "+suffix"
     if draft != "default":
         return draft
     if target.dtype == torch.float32:
@@ -107,6 +110,13 @@ def make_proposer(draft: str, target, stop_below: float = 0.0, options: ForwardO
         return NgramDraft(max_ngram=n, device=target.device)
     if spec == "suffix":
         return SuffixDraft(device=target.device)
+    if spec.endswith("+suffix"):
+        model = make_proposer(spec.removesuffix("+suffix"), target, stop_below, options)
+        if getattr(model, "kind", None) != "model":
+            raise SpecvizError(f"--draft {spec}: the part before '+suffix' resolves to {model.name if model else 'none'} "
+                               f"for {target.name} in {str(target.dtype).removeprefix('torch.')}; MODEL+suffix wants a "
+                               "model draft there (a token draft: a model SPEC or a distilled draft folder)")
+        return HybridDraft(model, SuffixDraft(device=target.device))
     if spec == "default@bf16":
         loaded = get_model("default", str(target.device), "bfloat16")
     elif is_distilled_draft(spec):  # shares the target's input embedding, runs in the target's dtype
@@ -125,14 +135,14 @@ def load_pair(cfg: RunConfig):
     proposer = None if cfg.mode == "regular" else make_proposer(cfg.draft, target, cfg.draft_confidence,
                                                                 forward_options(cfg))
     corpus = Path(cfg.suffix_corpus).expanduser() if cfg.suffix_corpus else None
-    if corpus is not None and corpus.is_file() and getattr(proposer, "kind", None) == "suffix":
+    if corpus is not None and corpus.is_file() and hasattr(proposer, "load_corpus"):  # a suffix draft or a hybrid
         proposer.load_corpus(corpus, target.name, target.model.config.vocab_size)
     return target, proposer
 
 
 def save_suffix_corpus(cfg: RunConfig, target, proposer) -> Path | None:
     """--suffix-corpus: the suffix draft's global structure after the run, written whole; None without one."""
-    if not cfg.suffix_corpus or getattr(proposer, "kind", None) != "suffix":
+    if not cfg.suffix_corpus or not hasattr(proposer, "save_corpus"):
         return None
     try:
         return proposer.save_corpus(Path(cfg.suffix_corpus).expanduser(), target.name)

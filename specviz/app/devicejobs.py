@@ -76,7 +76,7 @@ def run(ctx, cfg, race: bool = False, session: str | None = None, loader: Callab
     loader, runner = loader or load_pair, runner or iter_run
     ctx.send("status", "loading")
     target, proposer = loader(cfg)
-    if session is not None and getattr(proposer, "kind", None) == "suffix":
+    if session is not None and hasattr(proposer, "corpus"):  # a suffix draft or a hybrid
         proposer.corpus = session_corpus(session, target.name, proposer.corpus)
     ctx.send("tokenizer", target.name, tokenizer_json(target.tokenizer))
     if ctx.stopped():

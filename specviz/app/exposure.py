@@ -5,7 +5,8 @@ Streamlit listens on ``server.address`` (.streamlit/config.toml: 127.0.0.1). Bou
 reaches the port drives the sidebar and the Server page, so
 
 - model SPECs load only from the allowlist ``SPECVIZ_MODELS`` (comma-separated SPECs; default: the
-  packaged pair and the model-free drafts: ``default``, ``ngram`` (any ``ngram:N``), ``suffix``, ``none``). This is
+  packaged pair and the model-free drafts: ``default``, ``ngram`` (any ``ngram:N``), ``suffix``, ``default+suffix``,
+  ``none``). This is
   also what keeps hub downloads off: a hub id loads, and may download, only when whoever started the
   app listed it; nothing a visitor types reaches the hub or the local disk;
 - the Server page fetches only the hosts in ``SPECVIZ_SERVER_ALLOW`` (comma-separated ``host`` or
@@ -23,7 +24,7 @@ import re
 
 from specviz.common import SpecvizError
 
-DEFAULT_MODELS = ("default", "ngram", "suffix", "none")
+DEFAULT_MODELS = ("default", "ngram", "suffix", "default+suffix", "none")
 _NGRAM = re.compile(r"ngram(:\d+)?")  # n-gram drafts load nothing, whatever their N
 
 

@@ -35,8 +35,8 @@ BANNER_POLL_S = 5.0  # how often another page's run banner polls the run (its he
 
 # The sidebar's draft kinds (short enough for its width) and the drafts that load no model of their own.
 DRAFT_KINDS = {"default": "default", "ngram": "n-grams (prompt lookup)", "suffix": "suffix (earlier output)",
-               "none": "none (regular)", "model": "a model SPEC…"}
-MODEL_FREE_DRAFTS = ("none", "ngram", "suffix", "default")
+               "default+suffix": "default + suffix (per row)", "none": "none (regular)", "model": "a model SPEC…"}
+MODEL_FREE_DRAFTS = ("none", "ngram", "suffix", "default", "default+suffix")  # no pair check: nothing or the default
 
 
 def draft_spec(state) -> str:

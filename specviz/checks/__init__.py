@@ -31,8 +31,8 @@ CHECKED = {
     **{d: "integer range" for d in INTS}, **{d: "finite number in range" for d in FLOATS},
     **{d: "comma-separated integers in range" for d in INT_LISTS},
     "target": "model SPEC: path exists and is a model; its context fits the run",
-    "draft": "draft SPEC: default, none, ngram[:N], suffix or a model SPEC",
-    "suffix_corpus": "only with --draft suffix; a file in a writable folder, not a directory",
+    "draft": "draft SPEC: default, none, ngram[:N], suffix, MODEL+suffix or a model SPEC",
+    "suffix_corpus": "only with --draft suffix or MODEL+suffix; a file in a writable folder, not a directory",
     **PEER_CHECKED,
     "prompt": "some text; fits the context",
     "prompts": "a readable UTF-8 file of prompts (or JSONL), not a directory, not empty; fits the context",
@@ -164,6 +164,11 @@ def model_dir(spec: str, flag: str) -> Path | None:
 def check_draft(spec: str, flag: str) -> Path | None:
     if spec in ("default", "none", "ngram", "suffix", "default@bf16"):
         return None
+    if (model := spec.removesuffix("+suffix")) != spec:  # the hybrid (specviz.engine.hybrid)
+        if model in ("", "none", "suffix") or model.startswith("ngram") or "+" in model:
+            raise SpecvizError(f"{flag} MODEL+suffix wants a model draft before '+suffix' (default, a distilled "
+                               f"draft folder or a model SPEC), not {model or 'nothing'!r} (got {spec!r})")
+        return check_draft(model, flag)
     if spec.startswith("ngram:"):
         n = spec.partition(":")[2]
         if not n.isdigit() or not 1 <= int(n) <= 64:
@@ -321,7 +326,7 @@ def check_run_args(cmd: str, a) -> None:
     if getattr(a, "static", False) and not getattr(a, "requests", None):
         raise SpecvizError("--static runs --requests as consecutive static batches: give --requests N as well")
     if getattr(a, "suffix_corpus", None):
-        if a.draft != "suffix":
+        if not a.draft.endswith("suffix"):
             raise SpecvizError("--suffix-corpus holds the suffix draft's global structure: give --draft suffix too")
         check_out_file(a.suffix_corpus, "--suffix-corpus")
     check_controller(a)

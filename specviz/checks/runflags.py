@@ -26,7 +26,8 @@ RUN_FLAGS = [
                                "local Hugging Face folder, or a .gguf file")),
         ("--draft", dict(default="default", metavar="SPEC",
                          help="draft: default (picked for the target), ngram[:N] (prompt lookup), suffix (suffix "
-                              "decoding), none, a distilled draft folder, or any model SPEC")),
+                              "decoding), MODEL+suffix (the hybrid, e.g. default+suffix), none, a distilled draft "
+                              "folder, or any model SPEC")),
         ("--device", dict(default="auto", metavar="DEVICE", help="auto, cpu, cuda or cuda:N")),
         ("--dtype", dict(default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                          help="auto: bfloat16 on GPUs and on CPUs with fast bf16, else float32")),
@@ -69,9 +70,9 @@ RUN_FLAGS = [
                               help="with --tree-width > 1: draft nodes kept per row (the best by draft probability); "
                                    "with --controller tree the most nodes")),
         ("--suffix-corpus", dict(metavar="FILE",
-                                 help="with --draft suffix: the global suffix structure (earlier requests' outputs), "
-                                      "loaded at the start when the file exists; run saves it at the end (written "
-                                      "whole), bench and sweep only read it")),
+                                 help="with --draft suffix or MODEL+suffix: the global suffix structure (earlier "
+                                      "requests' outputs), loaded at the start when the file exists; run saves it "
+                                      "at the end (written whole), bench and sweep only read it")),
         ("--synthetic-acceptance", dict(type=float, metavar="ALPHA",
                                         help="teaching and benchmarks (vLLM's synthetic rejection sampling): accept each "
                                              "drafted token with probability ALPHA from the row's seeded stream, "

@@ -149,8 +149,9 @@ class ModelDraft:
         self.kv.maybe_compact()
         if self._proposed == 0:  # nothing was fed this step (k = 0): the backlog grows
             self.pending = [p + e for p, e in zip(self.pending, emitted)]
-        else:  # draft tokens accepted but never fed (only the k-th), then the final token
-            self.pending = [e[fed:] if a > fed else e[-1:] for a, e in zip(num_accepted, emitted)]
+        else:  # draft tokens accepted but never fed (only the k-th), then the final token; a caller that
+            # kept none of the fed tokens (a = 0: the hybrid's suffix rows) queues everything emitted
+            self.pending = [e[min(a, fed):] for a, e in zip(num_accepted, emitted)]
         self._fed = self._proposed = 0
 
     def select_rows(self, rows: torch.Tensor) -> None:

@@ -188,8 +188,10 @@ class SuffixDraft:
         """Every row's tree: depth <= the rule's bound (<= k), <= width children per node, <= nodes nodes."""
         self._sync(contexts)
         self.last = [self.draft(c, own, k, width, nodes) for c, own in zip(contexts, self.rows)]
-        return TokenTree.from_rows([list(zip(d.tokens, d.parents)) for d in self.last], self.device,
+        tree = TokenTree.from_rows([list(zip(d.tokens, d.parents)) for d in self.last], self.device,
                                    probs=[d.probs for d in self.last], rank=[d.ranks for d in self.last])
+        tree.origin = ["suffix"] * sum(len(d.tokens) for d in self.last)
+        return tree
 
     # ---- the global structure's file (--suffix-corpus) ---------------------------------------------
 

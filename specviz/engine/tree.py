@@ -48,6 +48,8 @@ class TokenTree:
     rank: torch.Tensor | None = None  # [num_nodes] sibling rank in the draft's order (0 = its top guess)
     fed_slot: torch.Tensor | None = None  # [num_nodes] the node's slot among the draft cache's fed tail, -1 = not fed
     host_sizes: list[int] | None = None  # [B] nodes per row, when the drafter knows them on the host
+    origin: list[str] | None = None  # [num_nodes] on the host: the draft that proposed the node ("model",
+    # "suffix", "ngram"; "both" where a merged tree's model and suffix drafts proposed it), None when unknown
     _padded: tuple | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @staticmethod

@@ -117,7 +117,7 @@ def _keep(draft, tok, parent, score, depth, rank, fed, N: int) -> TokenTree:
     draft._tree_fed = fed.shape[1]  # what commit_tree needs: the fed tail slots per row (each node's is fed_slot)
     return TokenTree(tok.gather(1, kept).flatten(), node_par.flatten(), depth[kept].flatten(),
                      torch.arange(B + 1, device=dev) * n, probs.flatten(), rank[kept].flatten(), fed_slot.flatten(),
-                     host_sizes=[n] * B)
+                     host_sizes=[n] * B, origin=["model"] * (B * n))
 
 
 def commit_tree(draft, paths: list[list[int]], emitted: list[list[int]], fed_slots: list[list[int]]) -> None:
@@ -170,7 +170,9 @@ def ngram_tree(contexts: list[list[int]], k: int, W: int, N: int, max_ngram: int
                 break
         rows.append(nodes)
         ranks.append(rank)
-    return TokenTree.from_rows(rows, device, rank=ranks)
+    tree = TokenTree.from_rows(rows, device, rank=ranks)
+    tree.origin = ["ngram"] * sum(len(r) for r in rows)
+    return tree
 
 
 def _continuations(ctx: list[int], k: int, max_ngram: int, max_matches: int):

@@ -74,6 +74,8 @@ def read_step(tree: TokenTree, verdict) -> list[dict]:
         r = head[b * (1 + E + T): (b + 1) * (1 + E + T)]
         a = int(r[0])
         row = {name: TokenTree.node_values(name, col[start:start + sizes[b]]) for name, col in cols.items()}
+        if tree.origin is not None:  # who proposed each node, already on the host
+            row["origin"] = tree.origin[start:start + sizes[b]]
         keep = r[1 + E:]
         out.append({"num_accepted": a, "emitted": [int(v) for v in r[1:2 + a]],
                     "path": [i for i in range(T - 1) if keep[1 + i]],

@@ -1,0 +1,82 @@
+"""The hybrid draft's choice and bookkeeping: its estimates, the merged tree, the choice on a repetitive vs a
+fresh prompt, the tree records' origin, and a clear message for a bad MODEL+suffix."""
+
+import pytest
+
+from specviz.checks import check_draft
+from specviz.common import SpecvizError
+from specviz.engine.hybrid import PRIOR_ALPHA, Acceptance, expected_accepted, merge_rows
+from specviz.engine.treestep import TreeShape
+from specviz.prompts.sets import prompt_set
+from specviz.models.loading import encode_prompts, get_model
+from specviz.run import DEFAULT_DRAFT_DIR, decoder_for_ids, make_proposer
+
+REPETITIVE = prompt_set("edit-code")[0]  # return a given function with one change: the answer copies it
+FRESH = "Write a haiku about autumn leaves."
+
+
+def test_a_fresh_row_expects_the_prior_and_learns_its_own_rate():
+    fresh, pooled = Acceptance(), Acceptance()
+    assert expected_accepted(fresh, pooled, 2) == pytest.approx(PRIOR_ALPHA + PRIOR_ALPHA ** 2)
+    for _ in range(50):
+        fresh.observe(4, 0)  # every step's first token rejected
+    assert expected_accepted(fresh, pooled, 4) < 0.1
+    sure = Acceptance()
+    for _ in range(50):
+        sure.observe(4, 4)
+    assert expected_accepted(sure, pooled, 4) > 3.5
+
+
+def test_a_merged_tree_keeps_one_node_per_path_and_marks_who_proposed_it():
+    model = {"token": [5, 6, 7], "parent": [-1, 0, -1], "prob": [0.6, 0.5, 0.3], "rank": [0, 0, 1],
+             "fed_slot": [0, 1, -1]}
+    suffix = {"token": [5, 9, 8], "parent": [-1, 0, -1], "prob": [1.0, 1.0, 0.5], "rank": [0, 0, 1],
+              "fed_slot": [-1, -1, -1]}
+    out = merge_rows(model, suffix)
+    assert out["token"] == [5, 6, 7, 9, 8]
+    assert out["parent"] == [-1, 0, -1, 0, -1]  # 9 hangs under the shared 5, 8 is a new branch at the root
+    assert out["origin"] == ["both", "model", "model", "suffix", "suffix"]
+    assert out["rank"][3:] == [1, 2]  # after the model's siblings
+    assert out["fed_slot"] == [0, 1, -1, -1, -1]  # suffix-only nodes were never fed to the model's cache
+
+
+def test_model_plus_suffix_wants_a_model_draft_before_the_plus():
+    for bad in ("ngram+suffix", "none+suffix", "+suffix", "suffix+suffix", "ngram:3+suffix"):
+        with pytest.raises(SpecvizError, match="MODEL\\+suffix wants a model draft"):
+            check_draft(bad, "--draft")
+    assert check_draft("default+suffix", "--draft") is None
+
+
+@pytest.fixture(scope="module")
+def target():
+    return get_model("default", "cpu", "float32")
+
+
+def choices(target, prompt: str, tree=None):
+    """(per step, whether the row drafted with the suffix draft; the run's steps). The shipped distilled draft
+    (in fp32 the default draft is the target itself in bf16, which accepts nearly everything)."""
+    draft = make_proposer(f"{DEFAULT_DRAFT_DIR}+suffix", target)
+    ids = encode_prompts(target.tokenizer, [prompt])
+    dec = decoder_for_ids(target, draft, ids, 4, 32, tree=tree)
+    picks, steps = [], []
+    for step in dec.steps():
+        picks.append(draft.use_suffix[0])
+        steps.append(step)
+    return picks, steps
+
+
+@pytest.mark.slow
+def test_the_hybrid_takes_the_suffix_draft_on_a_repetitive_prompt_and_the_model_on_a_fresh_one(target):
+    rep, _ = choices(target, REPETITIVE)
+    fresh, _ = choices(target, FRESH)
+    assert sum(rep) > len(rep) / 2, rep
+    assert sum(fresh) < len(fresh) / 2, fresh
+
+
+@pytest.mark.slow
+def test_every_tree_node_records_the_draft_that_proposed_it(target):
+    picks, steps = choices(target, REPETITIVE, TreeShape(2, 6))
+    origins = [set(r.tree.origin) for s in steps for r in s.rows if r.tree is not None]
+    assert {"suffix"} in origins and {"model"} in origins  # one draft per row and step, each recorded
+    back = [r.tree for s in steps for r in s.rows if r.tree is not None][0]
+    assert type(back).from_json(back.to_json()) == back  # the trace keeps it
