@@ -25,6 +25,10 @@ import plotly.graph_objects as go
 from specviz.analysis.treestats import acceptance_by_depth_rank, expected_tree_tokens, rates
 from specviz.app.charts import KIND_COLORS, Decode, _empty, _text, style
 
+# Shape = the draft that proposed a node (the trace's tree "origin"); traces from before it was kept draw circles
+ORIGIN_SYMBOLS = {"model": "circle", "suffix": "diamond", "ngram": "triangle-up", "both": "star"}
+ORIGIN_NAMES = {"model": "the model draft", "suffix": "the suffix structure", "ngram": "prompt lookup",
+                "both": "the model draft and the suffix structure"}
 ROLE_COLORS = {"root": "#444444", "accepted": KIND_COLORS["accepted"], "rejected": "#d62728",
                "not tried": "#bbbbbb", "not reached": "#e5e5e5", "recovered": KIND_COLORS["recovered"],
                "bonus": KIND_COLORS["bonus"]}
@@ -109,12 +113,14 @@ def tree_figure(trace: dict, row: int, step_pos: int, decode: Decode | None = No
     parents = list(t["parent"])
     tokens = list(t["token"])
     probs = t.get("prob") or [None] * len(tokens)
+    origin = list(t.get("origin") or [])
     path = list(t["path"])
     if final is not None:  # the step's own token hangs off the last accepted node
         parents.append(path[-1] if path else -1)
         tokens.append(emitted[len(path)])
         probs.append(None)
         roles.append(final)
+        origin += ["target"] * bool(origin)  # the target's own token: no draft proposed it
     depth, y = layout(parents)
     root_y = y[-1]
     pos = lambda i: (0, root_y) if i < 0 else (depth[i], y[i])  # noqa: E731
@@ -140,12 +146,18 @@ def tree_figure(trace: dict, row: int, step_pos: int, decode: Decode | None = No
         hover = [f"<b>{html.escape(repr(lbl))}</b> (id {tokens[i]})<br>{role}, depth {depth[i]}"
                  + (f", sibling rank {ranks[i]}" if i < len(ranks) else "")
                  + (f", draft p {probs[i]:.3f}" if probs[i] is not None else "")  # an n-gram tree has none
+                 + (f"<br>proposed by {ORIGIN_NAMES[origin[i]]}" if i < len(origin) and origin[i] in ORIGIN_NAMES else "")
                  for i, lbl in zip(idx, labels)]
         fig.add_trace(go.Scatter(
             x=[depth[i] for i in idx], y=[y[i] for i in idx], mode="markers+text", name=role,
             text=[html.escape(lbl[:10]) for lbl in labels], textposition="top center", hovertext=hover,
             hovertemplate="%{hovertext}<extra></extra>",
-            marker={"size": 13, "color": ROLE_COLORS[role], "line": {"width": 1, "color": "#555555"}}))
+            marker={"size": 13, "color": ROLE_COLORS[role], "line": {"width": 1, "color": "#555555"},
+                    "symbol": [ORIGIN_SYMBOLS.get(origin[i], "circle") if i < len(origin) else "circle" for i in idx]}))
+    for o in [o for o in ORIGIN_SYMBOLS if o in origin]:  # the shapes' legend: one entry per draft seen
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"from {ORIGIN_NAMES[o]}",
+                                 marker={"size": 12, "color": "#ffffff", "symbol": ORIGIN_SYMBOLS[o],
+                                         "line": {"width": 2, "color": "#333333"}}))
     n_acc = len(path)
     kind = f", then a {final} token" if final else " (token limit reached)"
     return style(fig, f"Token tree: row {row}, step {steps[step_pos]['step']}: {len(t['token'])} drafted nodes, "
@@ -189,6 +201,26 @@ def predicted_vs_measured(trace: dict) -> tuple[float, float] | None:
     return predicted, sum(1 + r["accepted"] for r in rows) / len(rows)
 
 
+def origin_sentence(trace: dict) -> str | None:
+    """The shapes' legend in words, with each draft's nodes and accepted nodes over the run; None unless some
+    tree came from the suffix structure (a hybrid or suffix run)."""
+    counts: dict[str, list[int]] = {}  # origin -> [drafted, accepted]
+    for s in trace.get("steps", []):
+        for r in s["rows"]:
+            t = r.get("tree") or {}
+            on_path = set(t.get("path", []))
+            for i, o in enumerate(t.get("origin") or []):
+                c = counts.setdefault(o, [0, 0])
+                c[0] += 1
+                c[1] += i in on_path
+    if not any(o in counts for o in ("suffix", "both")):
+        return None
+    parts = [f"{'◆' if o == 'suffix' else '●' if o == 'model' else '★' if o == 'both' else '▲'} {ORIGIN_NAMES[o]} "
+             f"({counts[o][1]} of {counts[o][0]} nodes accepted)" for o in ORIGIN_SYMBOLS if o in counts]
+    return ("Shape says which draft proposed a node: " + ", ".join(parts) + ". The suffix structure proposes what "
+            "followed this text before, in this request and earlier ones; it costs no model forward.")
+
+
 # ---- the Live page's block --------------------------------------------------------------------
 
 def section(trace: dict, decode: Decode | None = None) -> None:
@@ -210,6 +242,8 @@ def section(trace: dict, decode: Decode | None = None) -> None:
         n = 0
     left, right = st.columns(2)
     left.plotly_chart(tree_figure(trace, row, at[n], decode), key="tree_view")
+    if legend := origin_sentence(trace):
+        left.caption(legend)
     right.plotly_chart(depth_rank_heatmap(trace), key="tree_depth_rank")
     pm = predicted_vs_measured(trace)
     if pm:

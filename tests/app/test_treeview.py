@@ -141,3 +141,25 @@ def test_the_live_page_shows_the_tree_view_for_a_tree_run_and_not_for_a_chain(tr
                                      for s in tree_trace["steps"]]}
     keys = {el.key for el in page_with(chain).get("plotly_chart")}
     assert "tree_view" not in keys and "acceptance_heatmap" in keys
+
+
+def test_suffix_branches_and_model_branches_get_two_marks_and_a_legend_sentence():
+    row = hand_row([2, 4], [20, 22, 7])
+    row["tree"]["origin"] = ["model", "model", "suffix", "suffix", "suffix", "model"]
+    trace = hand_trace([[row]])
+    fig = treeview.tree_figure(trace, 0, 0, decode=lambda ids: f"<t{ids[0]}>")
+    legend = {t.name: t.marker.symbol for t in fig.data if (t.name or "").startswith("from ")}
+    assert legend == {"from the model draft": "circle", "from the suffix structure": "diamond"}
+    accepted = next(t for t in fig.data if t.name == "accepted")
+    assert list(accepted.marker.symbol) == ["diamond", "diamond"]  # the accepted path came from the suffix
+    assert "proposed by the suffix structure" in accepted.hovertext[0]
+    sentence = treeview.origin_sentence(trace)
+    assert "◆ the suffix structure (2 of 3 nodes accepted)" in sentence
+    assert "● the model draft (0 of 3 nodes accepted)" in sentence
+
+
+def test_a_tree_without_origins_draws_as_before_with_no_legend_sentence():
+    trace = hand_trace([[hand_row([0], [10, 11])]])
+    fig = treeview.tree_figure(trace, 0, 0)
+    assert not [t for t in fig.data if (t.name or "").startswith("from ")]
+    assert treeview.origin_sentence(trace) is None
