@@ -10,7 +10,7 @@ import time
 import streamlit as st
 
 from specviz.analysis import explain
-from specviz.app import state as appstate, charts, devicequeue, runlabel, tokentext, treeview, queueview
+from specviz.app import state as appstate, charts, devicequeue, runlabel, showcase, tokentext, treeview, queueview
 from specviz.app.headline import headline
 from specviz.app.safetext import md_escape
 from specviz.app.upload import read_trace_upload, trace_csv_zip
@@ -142,6 +142,7 @@ stop = b2.button("Stop", key="stop", disabled=not running)
 if stop and run is not None:
     run.stop()
     st.info("Stopping after the current step; what was generated stays visible.")
+showcase.section(st.session_state)  # a pair of runs: where speculation wins, where it loses
 
 if running:
     now = config_from_widgets()

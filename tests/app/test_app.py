@@ -6,6 +6,7 @@ model cache persist across AppTest instances in one pytest process, so the model
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -550,3 +551,28 @@ def test_a_race_on_a_busy_machine_keeps_the_numbers_and_says_the_comparison_is_u
                for w in at.warning), [w.value for w in at.warning]
     regular["host_load"] = {"other_cores": 0.0, "cpus": 2}
     assert not any("unreliable" in w.value for w in with_trace(trace, regular).warning)
+
+
+def test_the_showcase_runs_a_winning_and_a_losing_workload_and_shows_both(monkeypatch):
+    from specviz.app import showcase
+
+    small = tuple(dataclasses.replace(c, max_new_tokens=4, batch_size=min(c.batch_size, 4)) for c in showcase.CASES)
+    monkeypatch.setattr(showcase, "CASES", small)  # the same two workloads, shorter
+    at = new_app()
+    at.button(key="showcase").click().run()
+    runs = at.session_state[showcase.KEY]
+    assert [c.draft for c, _ in runs] == ["suffix", "default"]
+    deadline = time.monotonic() + 300
+    while any(r.running for _, r in runs) and time.monotonic() < deadline:
+        for _, r in runs:
+            r.beat()  # the page polls both while they go (the second waits in the device's line)
+        runs[-1][1].join(1.0)
+    for _, run in runs:
+        run.join(30)
+        assert run.status == "done" and run.regular_trace["config"]["mode"] == "regular"  # raced
+    at.run()
+    assert not at.exception and not errors(at)
+    metrics = {m.label: m.value for m in at.metric}
+    for case in small:
+        assert metrics[f"{case.label}: measured speedup"].endswith("x")
+        assert metrics[f"{case.label}: acceptance rate"] != "—"
