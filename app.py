@@ -49,6 +49,10 @@ with st.sidebar:
                 help="replay the target's and the draft's forwards as CUDA graphs over a static KV cache: the same "
                      "tokens, less host work per step" if cuda else "needs a CUDA GPU: this machine has none"
                 if cuda is False else "the device is busy with another job: this switch is offered once it ends")
+    st.checkbox("Compiled forward", key="compile_forward",
+                help="compile the target's and the draft's layers with torch.compile over a static KV cache: the same "
+                     "tokens; the first run compiles each step shape (~15 s each on a 2-core CPU), later runs load "
+                     "them from the disk cache; runs eagerly, saying why, where no C++ compiler is found")
 
     try:  # a SPEC this bind does not serve (specviz.app.exposure) stops here: no page runs with it
         v = appstate.sidebar_values(st.session_state)

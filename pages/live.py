@@ -103,7 +103,7 @@ def config_from_widgets() -> RunConfig:
     ss = st.session_state
     v = appstate.sidebar_values(ss)
     return RunConfig(target=v["target"], draft=appstate.draft_spec(ss), device=v["device"], dtype=v["dtype"],
-                     cuda_graphs=bool(v["cuda_graphs"]),
+                     cuda_graphs=bool(v["cuda_graphs"]), compile=bool(ss.get("compile_forward", False)),
                      prompts=promptsets.from_text(ss["prompts_text"]), batch_size=int(ss["batch_size"]),
                      draft_length=int(ss["draft_length"]), controller=ss["controller"],
                      temperature=float(ss["temperature"]), top_p=float(ss["top_p"]),
@@ -259,6 +259,8 @@ def live_view() -> None:
             st.info("loading the model pair…")
         elif run.status == "racing":
             st.info("speculative run done; now running regular decoding on the same prompts for the race…")
+        elif run.note and not run.snapshot().get("steps"):  # the compiled forward compiling its first step
+            st.info(run.note)
         trace = run.snapshot()
         if trace.get("steps") or run.status != "queued":
             draw(trace, appstate.trace_decoder(trace), live=True, with_charts=False)

@@ -44,7 +44,8 @@ def _config(a):
                      arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False),
                      tree_width=getattr(a, "tree_width", 1), tree_nodes=getattr(a, "tree_nodes", 16),
                      suffix_corpus=getattr(a, "suffix_corpus", None), synthetic_acceptance=getattr(a, "synthetic_acceptance", None),
-                     cuda_graphs=bool(getattr(a, "cuda_graphs", False)) or ForwardOptions.from_env().cuda_graphs)
+                     cuda_graphs=bool(getattr(a, "cuda_graphs", False)) or ForwardOptions.from_env().cuda_graphs,
+                     compile=bool(getattr(a, "compile", False)) or ForwardOptions.from_env().compile)
 
 
 def _progress(total: int, desc: str):

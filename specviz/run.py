@@ -97,8 +97,8 @@ def resolve_draft_spec(draft: str, target) -> str:
 
 
 def forward_options(cfg: RunConfig) -> ForwardOptions:
-    """How this run's forwards execute (its CUDA-graph switch over the environment's defaults)."""
-    return ForwardOptions.from_env(cuda_graphs=cfg.cuda_graphs)
+    """How this run's forwards execute (its CUDA-graph and compile switches over the environment's defaults)."""
+    return ForwardOptions.from_env(cuda_graphs=cfg.cuda_graphs, compile=cfg.compile)
 
 
 def make_proposer(draft: str, target, stop_below: float = 0.0, options: ForwardOptions | None = None):

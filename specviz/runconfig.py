@@ -47,6 +47,9 @@ class RunConfig:
     # CUDA graphs (issue 18): the target's and a model draft's forwards over a static KV cache,
     # replayed as graphs where the model is on CUDA (specviz.models.statickv; eager elsewhere).
     cuda_graphs: bool = False
+    # The compiled forward: the target's and a model draft's decoder layers compiled by torch.compile over
+    # the static KV cache (specviz.models.compiled; eager, said in one line, where compiling fails).
+    compile: bool = False
     # The suffix draft's global structure (specviz.engine.suffix): loaded from this file at the start when it
     # exists; a run (not bench or sweep) writes it back at the end. None: it lives for the process only.
     suffix_corpus: str | None = None
@@ -114,6 +117,8 @@ class RunConfig:
             d.pop("tree_width"), d.pop("tree_nodes")
         if not self.cuda_graphs:  # the trace's config reads as before graphs
             d.pop("cuda_graphs")
+        if not self.compile:  # the trace's config reads as before the compiled forward
+            d.pop("compile")
         if self.device_map == "none":  # one device: the config reads as before device maps
             d.pop("device_map")
         if self.suffix_corpus is None:  # the config reads as before the suffix draft

@@ -82,6 +82,10 @@ def run(ctx, cfg, race: bool = False, session: str | None = None, loader: Callab
     if ctx.stopped():
         return None
     ctx.send("status", "running")
+    if cfg.compile:  # its first step of each shape compiles the layers: the page says so until steps come
+        from specviz.models.compiled import NOTICE
+
+        ctx.send("say", NOTICE)
     ctx.send("trace", _decode(ctx, runner, cfg, target, proposer, record=True))
     if race and not ctx.stopped():
         ctx.send("status", "racing")

@@ -56,6 +56,7 @@ NEEDS_NO_CHECK = {
     "raw_prompt": "a switch: both values are valid",
     "static": "a switch: both values are valid",
     "cuda_graphs": "a switch: both values are valid (without CUDA the static cache runs eagerly)",
+    "compile": "a switch: both values are valid (without a C++ compiler the forward runs eagerly, said in one line)",
     "no_peer": "a switch: both values are valid",
     "recalibrate": "a switch: both values are valid",
     "no_freeform": "a switch: both values are valid",

@@ -37,6 +37,11 @@ RUN_FLAGS = [
                                help="llama-style models through the lean forward: a static KV cache, its decode and "
                                     "verify forwards replayed as CUDA graphs on CUDA (eager elsewhere); same as "
                                     "SPECVIZ_CUDA_GRAPHS=1")),
+        ("--compile", dict(action="store_true",
+                           help="llama-style models through the lean forward: a static KV cache, its decode and "
+                                "verify forwards' layers compiled by torch.compile (needs a C++ compiler on the CPU; "
+                                "eager with one line saying why where compiling fails; compiled layers cached on "
+                                "disk); same as SPECVIZ_COMPILE=1")),
     ]),
     ("prompts", [
         ("--prompt", dict(metavar="TEXT", action="append",

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from specviz.engine.transfer import host_tensor, to_device
-from specviz.models import fastllama, statickv
+from specviz.models import compiled, fastllama, statickv
 from specviz.models.forwardoptions import ForwardOptions
 
 
@@ -63,7 +63,9 @@ class RaggedCache:
             fastllama.fuse_projections(model)
         # static: preallocated buffers (crop = pointer move, CUDA graphs possible), the lean forward only
         self.static = self.lean and options.static_cache
-        self.cache = statickv.StaticKV(model, options.cuda_graphs) if self.static else DynamicCache(config=model.config)
+        compiler = compiled.compiler() if self.static and options.compile else None  # the process's one
+        self.cache = (statickv.StaticKV(model, options.cuda_graphs, compiler=compiler) if self.static
+                      else DynamicCache(config=model.config))
         self.device = next(model.parameters()).device
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)  # [B, L]
         self.lengths = torch.zeros(0, dtype=torch.long, device=self.device)  # [B] valid tokens per row

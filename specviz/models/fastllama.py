@@ -184,7 +184,8 @@ def visible(valid: torch.Tensor, T: int, tail_mask: torch.Tensor | None = None,
 def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, cache,
             last_only: bool = False, inputs_embeds: torch.Tensor | None = None, return_hidden: bool = False,
             tail_mask: torch.Tensor | None = None, logits_out: torch.Tensor | None = None,
-            query_slots: torch.Tensor | None = None, slots: torch.Tensor | None = None, logits: bool = True):
+            query_slots: torch.Tensor | None = None, slots: torch.Tensor | None = None, logits: bool = True,
+            compiler=None):
     """Logits [B, T, V] (or [B, 1, V]) for T new slots per row.
 
     valid: [B, L + T] bool, the whole cache's validity mask including the new slots (the
@@ -199,6 +200,8 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     those only (module docstring); the logits (and hidden) at holes are zeros, or the buffer's old
     values with ``logits_out``.
     ``logits=False``: no output layer (a prefill only fills the cache): None, or (None, hidden).
+    ``compiler``: a specviz.models.compiled.LayerCompiler runs the layers compiled over a static cache
+    (``query_slots`` given, fewer than MANY_QUERIES slots per row); eager when it cannot.
     """
     if slots is not None:
         return _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_embeds, return_hidden,
@@ -214,7 +217,11 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES else None  # once per forward, not per layer
     pk = packed.enabled(inner.layers[0]._specviz_qkv)  # bf16 on the CPU: oneDNN-packed weights (packed.py)
 
-    for i, layer in enumerate(inner.layers):
+    done = None
+    if compiler is not None and blocked is not None and query_slots is not None:
+        done = compiler.run(inner.layers, h, cos, sin, blocked, cache.layer_views(B), query_slots,
+                            (H, Hkv, d, groups, scale))
+    for i, layer in enumerate(inner.layers if done is None else []):
         attn = layer.self_attn
         x = _rms_norm(h, layer.input_layernorm)
         qkv = packed.linear(x, layer._specviz_qkv, pk).view(B, T, H + 2 * Hkv, d)
@@ -225,6 +232,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
         k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
         h = h + packed.linear(_attention(q, k, v, allowed, scale, groups, blocked), attn.o_proj.weight, pk)
         h = _mlp_block(h, layer, pk)
+    h = h if done is None else done
 
     if return_hidden:
         h = _rms_norm(h, inner.norm)

@@ -134,7 +134,8 @@ class GraphRunner:
         kv._cols = e.cols
         out = fastllama.forward(model, e.ids, e.valid, e.positions, kv, last_only, inputs_embeds=e.embeds,
                                 return_hidden=return_hidden, tail_mask=e.tail,
-                                logits_out=None if return_hidden else e.logits, query_slots=e.cols)
+                                logits_out=None if return_hidden else e.logits, query_slots=e.cols,
+                                compiler=kv.compiler)
         if return_hidden:
             out, hidden = out
             e.hidden.copy_(hidden)

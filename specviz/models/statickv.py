@@ -45,7 +45,7 @@ def capturable(model: torch.nn.Module) -> bool:
 class StaticKV:
     """Per-layer K/V buffers [R, Hkv, C, d] with a row and a length pointer (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, graphs: bool = False, max_graphs: int = 8):
+    def __init__(self, model: torch.nn.Module, graphs: bool = False, max_graphs: int = 8, compiler=None):
         cfg = model.config
         p = next(model.parameters())
         self.num_layers = cfg.num_hidden_layers
@@ -60,6 +60,8 @@ class StaticKV:
         capture = graphs and self.device.type == "cuda" and capturable(model)
         self.runner = GraphRunner(capture=capture, max_graphs=max_graphs)
         self._cols: torch.Tensor | None = None  # [T] the columns the running forward writes
+        # a specviz.models.compiled.LayerCompiler: the runner's forwards run compiled layers (None: eager)
+        self.compiler = None if capture else compiler
 
     # ---- sizes -----------------------------------------------------------------------------
     @property
@@ -105,6 +107,10 @@ class StaticKV:
         keys.index_copy_(2, self._cols, k)
         values.index_copy_(2, self._cols, v)
         return keys, values
+
+    def layer_views(self, b: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (keys, values) [b, Hkv, C, d]: the first b rows' buffers (what ``update`` writes)."""
+        return [(k[:b], v[:b]) for k, v in zip(self.keys, self.values)]
 
     def forward(self, model, input_ids: torch.Tensor | None, valid: torch.Tensor, positions: torch.Tensor,
                 last_only: bool = False, inputs_embeds: torch.Tensor | None = None, return_hidden: bool = False,
