@@ -1,6 +1,7 @@
 """The compiled forward on the CPU: one decode step, eager vs compiled, against the memory-bandwidth floor.
 
-    .venv/bin/python bench/compiled_cpu.py [--dtypes float32,bfloat16] [--rounds 5] [--steps 16] [--json OUT]
+    .venv/bin/python bench/compiled_cpu.py [--dtypes float32,bfloat16] [--rounds 5] [--steps 16] [--threads N]
+                                           [--json OUT]
 
 In one process, interleaved (the order rotates every round), per dtype: a regular decode step at B = 1
 of the packaged target (the default eager lean forward, ForwardOptions(); the same over the static KV
@@ -46,8 +47,13 @@ def read_bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's distinct weights: what one decode step reads (the tied head read once)."""
+    """Bytes of the model's distinct weights one decode step reads: all of them (a tied head read once),
+    but the input embedding only when it is also the output layer (a step reads one row of it: a
+    distilled draft borrows the target's table and has its own 8,192-row head)."""
+    embed = model.get_input_embeddings().weight
     seen, n = set(), 0
+    if embed.data_ptr() != model.get_output_embeddings().weight.data_ptr():
+        seen.add(embed.data_ptr())
     for p in model.parameters():
         if p.data_ptr() not in seen:
             seen.add(p.data_ptr())
@@ -113,8 +119,13 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads (0: torch's default); 1 keeps a shared machine's contention from "
+                         "stalling the two threads on each other")
     ap.add_argument("--json", metavar="OUT")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     bw = read_bandwidth_gbs()
     results = []
     for dtype in a.dtypes.split(","):
