@@ -44,6 +44,9 @@ COMMANDS = {
     "vllm": 'bench/vllm_peer.py --modes "default/1>none,ngram" --slots 1,8:32 --rounds 3 --num-prompts 4 --max-new-tokens 32',
     "vllm-pair": 'bench/vllm_peer.py --modes "default/1>none,default/2>none" --slots 1,8 --rounds 3 --num-prompts 4 '
                  "--max-new-tokens 32",
+    "llamacpp-b1": "specviz bench --peer llamacpp --prompts bench/results/llamacpp-peer-2026-12-05/prompts.jsonl "
+                   "--max-new-tokens 32 --repeats 2 --dtype bfloat16 --batch-size 1 --peer-weights bf16,q4_1 "
+                   "--peer-modes regular,lookup,draft --json",
     "trees": f"bench/trees.py --prompts {FREEFORM} --batch-size 1 --rounds 3 --drafts token:{TOKEN},old:OLD,wide:{FEATURE} "
              "--chains 2 --trees 3:2:6,3:4:12",
 }
@@ -159,6 +162,22 @@ def vllm_cpu() -> list[str]:
     return out
 
 
+def llama_cpp() -> list[str]:
+    """`bench --peer llamacpp --json`: every arm against our regular decoding in the same rounds."""
+    out = ["| arm | tokens/s | decode tokens/s | vs ours regular (median) | spread | acceptance | rounds | commit | "
+           "machine | command |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for folder, log, command, machine in (("llamacpp-peer-2026-12-05", "b1-bf16.json", "llamacpp-b1",
+                                           "2-core AMD EPYC, shared: other sessions' tests ran"),):
+        j = json.loads((RESULTS / folder / log).read_text())
+        commit = (RESULTS / folder / "commit.txt").read_text().strip()
+        for name, a in j["arms"].items():
+            acc = "–" if a["acceptance_rate"] is None else f"{a['acceptance_rate']:.3f}"
+            out.append(f"| {name} | {a['tokens_per_s']:.1f} | {a['decode_tokens_per_s']:.1f} | "
+                       f"**{a['ratio_to_ours_regular']:.2f}x** | {spread(a['rounds_ratio'])} | {acc} | "
+                       f"{len(a['rounds_ratio'])} | {commit} | {machine} | {command} |")
+    return out
+
+
 def trees() -> list[str]:
     path = RESULTS / "feature-draft-wide-2026-12-03" / "trees-b1.log"
     _, table = rounds_and_table(path)
@@ -196,6 +215,12 @@ def section() -> str:
              "vLLM-CPU 0.32.0 (`bash setup.sh --vllm`) serving the same model, greedy, 32 new tokens; `default k=1` is "
              "our default pair (vLLM cannot serve the distilled draft, so its side decodes regularly):", "",
              *vllm_cpu(), "",
+             "### Against llama.cpp", "",
+             "llama-cpp-python 0.3.36 (`bash setup.sh --llamacpp`) on GGUFs of the same weights: `bf16` the same bits "
+             "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one slot, "
+             "8 free-form prompts, greedy, 2 threads each side, ours in bf16 with the default pair (`ours default k=2`); "
+             "llama.cpp's `draft` drafts with the packaged target at 4 bits (it cannot read our distilled draft):", "",
+             *llama_cpp(), "",
              "### Token trees vs chains", "",
              "Batch size 1, the 24 free-form prompts, 48 new tokens; chains and trees of depth k, width W, N nodes:", "",
              *trees(), "",
