@@ -27,7 +27,7 @@ WARM_TOKENS = 8  # warm-up length: the first forwards of a shape pay for allocat
 
 def _learnt(proposer):
     """A suffix draft's global structure (what it learnt from earlier requests), or None for other drafts."""
-    return proposer.corpus if getattr(proposer, "kind", None) == "suffix" else None
+    return getattr(proposer, "corpus", None)  # the suffix draft's, or a MODEL+suffix hybrid's
 
 
 def engine_arm(cfg: RunConfig, target, proposer, on_step: Callable | None = None) -> Arm:
