@@ -7,7 +7,10 @@ import torch
 # on a CUDA machine the kernels run for real.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-sys.path.insert(0, os.path.dirname(__file__))  # tests import their fakes as a plain module
+# Tests import the shared fakes, and a few import another test module's helpers, as plain modules from any
+# folder (test file names are unique: tests/test_layout.py), whichever files pytest was given.
+sys.path[:0] = [os.path.dirname(__file__)] + sorted(e.path for e in os.scandir(os.path.dirname(__file__))
+                                                  if e.is_dir() and e.name != "data" and not e.name.startswith(("_", ".")))
 os.environ.setdefault("SPECVIZ_WORKER_JOBS", "workerfakes")  # the decode worker registers the stand-in jobs
 # No test reaches a model hub (weights come from the package or are built): the device process, which
 # inherits this environment, then refuses an uncached hub id at once instead of waiting on the network.
