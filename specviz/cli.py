@@ -15,6 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from specviz.analysis.summarytext import fmt, run_summary_lines
 from specviz.checks.parser import build_parser  # noqa: F401 (the CLI's parser: tests walk it from here)
 from specviz.common import (EXIT_BAD_INPUT, EXIT_MISSING, EXIT_OUT_OF_MEMORY, EXIT_SIGNAL_BASE, MissingResource,
                             OutOfMemory, SpecvizError)
@@ -80,33 +81,6 @@ def _run_with_progress(cfg, target, proposer, desc: str, telemetry: bool = True,
         bar.close()
 
 
-def _fmt(v, spec=".3f"):
-    return "-" if v is None else format(v, spec)
-
-
-def print_summary(trace: dict, out=None) -> None:
-    from specviz.analysis.trace import synthetic_label  # the one wording of a synthetic run, as on the pages
-    out, s, c = out or sys.stdout, trace["summary"], trace["config"]
-    rows = [
-        ("target", c.get("target_name", c["target"])), ("draft", c.get("draft_name", "-") if c["mode"] == "speculative" else "-"),
-        ("mode", c["mode"] + (f", {synthetic_label(c)}" if synthetic_label(c) else "")), ("batch size", c["batch_size"]), ("draft length", c["draft_length"]),
-        ("device / dtype", f"{c['device']} / {c['dtype']}"),
-        ("tokens", s["tokens"]), ("wall s", _fmt(s["wall_s"])), ("tokens/s", _fmt(s["tokens_per_s"], ".1f")),
-        ("acceptance rate", _fmt(s["acceptance_rate"])), ("mean acceptance length", _fmt(s["mean_acceptance_length"])),
-        ("system efficiency", _fmt(s["system_efficiency"])), ("overhead fraction", _fmt(s["overhead_frac"])),
-        ("steps", s["steps"]),
-    ]
-    if (c.get("requests") or c["batch_size"]) > c["batch_size"] or c.get("arrival_rate"):  # a request queue
-        rows += [("requests / slots", f"{s.get('requests')} / {c['batch_size']}" + (" (static batches)" if c.get("static") else "")),
-                 ("throughput requests/s", _fmt(s.get("throughput_requests_per_s"))),
-                 ("latency p50 / p95 s", f"{_fmt(s.get('latency_p50_s'))} / {_fmt(s.get('latency_p95_s'))}"),
-                 ("TTFT p50 / p95 s", f"{_fmt(s.get('ttft_p50_s'))} / {_fmt(s.get('ttft_p95_s'))}"),
-                 ("join prefill s", _fmt(s.get("join_prefill_s")))]
-    w = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{w}}  {v}", file=out)
-
-
 def cmd_run(a) -> int:
     from specviz.run import load_pair
 
@@ -124,7 +98,7 @@ def cmd_run(a) -> int:
         except Interrupted as e:  # a second Ctrl-C: out at once, but the finished steps are still kept
             return interrupted_twice(getattr(e, "trace", None), a.out, stop)
         saved = save_trace_held(trace, a.out) if a.out else None  # first: a Ctrl-C while printing loses nothing
-        print_summary(trace)
+        print(*run_summary_lines(trace), sep="\n")
         for i, s in enumerate(trace["sequences"][: a.show]):
             print(f"\n[{s['index']}] ({s['finish_reason']}) {s['text']!r}")
     if stop.signal:
@@ -194,8 +168,8 @@ def cmd_bench(a) -> int:
               + (f"  (its draft: {r.peer_proposer.name})" if r.peer_proposer is not r.proposer else ""))
         print(f"ours vs peer: {statistics.median(r.peer_vs_ours):.2f}x (median of per-repeat ratios; per repeat: "
               + ", ".join(f"{x:.2f}" for x in r.peer_vs_ours) + ")")
-    print(f"acceptance rate {_fmt(s['acceptance_rate'])}, mean acceptance length {_fmt(s['mean_acceptance_length'])}, "
-          f"overhead fraction {_fmt(s['overhead_frac'])}; per step: draft {1e3 * s['draft_s'] / s['steps']:.1f} ms, "
+    print(f"acceptance rate {fmt(s['acceptance_rate'])}, mean acceptance length {fmt(s['mean_acceptance_length'])}, "
+          f"overhead fraction {fmt(s['overhead_frac'])}; per step: draft {1e3 * s['draft_s'] / s['steps']:.1f} ms, "
           f"verify {1e3 * s['verify_s'] / s['steps']:.1f} ms, accept {1e3 * s['accept_s'] / s['steps']:.1f} ms, "
           f"bookkeeping {1e3 * s['bookkeeping_s'] / s['steps']:.1f} ms")
     if busy:  # the ratios are interleaved, so they suffer less than the tokens/s
