@@ -22,6 +22,13 @@ RAGGED_PROMPTS = [
     "Translate to French: Good morning, how are you today?",
     "Write a haiku about autumn leaves.",
 ]
+NEAR_TIE = 1e-3  # a logit margin below this is a float near-tie: the only divergence an exactness test accepts
+
+
+def assert_exact(checks) -> None:
+    """Every row of ``compare``'s checks equals its reference, or diverges only at a near-tie of its logits."""
+    for c in checks:
+        assert c.exact or c.margin < NEAR_TIE, f"row {c.index} diverges at {c.first_divergence}, margin {c.margin}"
 
 
 @pytest.fixture(scope="module")
