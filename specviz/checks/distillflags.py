@@ -78,3 +78,11 @@ def add_distill_args(p) -> None:
     g.add_argument("--no-freeform", action="store_true", help="skip the hand-written (free-form) held-out set")
     g.add_argument("--cost-rounds", type=int, default=3, help="interleaved timing rounds for the cost ratio")
     g.add_argument("--cost-prefix-len", type=int, default=128, help="cached prefix per row when timing c")
+    p.set_defaults(func=_cmd_distill)
+
+
+def _cmd_distill(a) -> int:
+    """``specviz distill`` on parsed flags (``a.func(a)``); torch loads only now, not when the parser is built."""
+    from specviz.distill.command import cmd_distill
+
+    return cmd_distill(a)
