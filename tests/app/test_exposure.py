@@ -38,7 +38,7 @@ def test_the_default_allowlist_is_the_packaged_pair_and_the_model_free_drafts(sp
 def test_anything_else_is_refused_in_one_line_when_exposed(spec):
     with pytest.raises(SpecvizError) as e:
         exposure.check_model_allowed(spec, exposed=True, env={})
-    assert "SPECVIZ_MODELS (default, ngram, none, suffix)" in str(e.value) and "\n" not in str(e.value)
+    assert "SPECVIZ_MODELS (default, default+suffix, ngram, none, suffix)" in str(e.value) and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("spec", HOSTILE)
@@ -108,6 +108,6 @@ def test_an_exposed_app_stops_before_any_page_runs_with_a_refused_spec(bound_to,
     with MetricsServer() as srv:
         at = server_page({"target": "/home/someone/model.gguf", "server_url": srv.url})
     assert [e.value for e in at.sidebar.error] == [
-        "'/home/someone/model.gguf' is not in SPECVIZ_MODELS (default, ngram, none, suffix): this app listens beyond this "
+        "'/home/someone/model.gguf' is not in SPECVIZ_MODELS (default, default+suffix, ngram, none, suffix): this app listens beyond this "
         "machine, so it loads only the models listed there"]
     assert not at.title and srv.requests == []  # the page did not run: nothing fetched either
