@@ -10,7 +10,7 @@ import time
 import streamlit as st
 
 from specviz.analysis import explain
-from specviz.app import state as appstate, charts, devicequeue, runlabel, showcase, tokentext, treeview, queueview
+from specviz.app import state as appstate, charts, devicequeue, firstcal, runlabel, showcase, tokentext, treeview, queueview
 from specviz.app.headline import headline
 from specviz.app.safetext import md_escape
 from specviz.app.upload import read_trace_upload, trace_csv_zip
@@ -281,6 +281,7 @@ def live_view() -> None:
         return
     if (st.session_state.get(appstate.TRACE_SOURCE_KEY) or "").startswith("upload"):
         st.caption(f"showing {md_escape(st.session_state[appstate.TRACE_SOURCE_KEY])}")  # the file's name
+    firstcal.follow(run, trace)  # a pair with no calibration yet: a short one now, then this prediction again
     draw(trace, appstate.trace_decoder(trace), live=False, regular=st.session_state.get("regular_trace"))
 
 

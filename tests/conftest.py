@@ -15,6 +15,9 @@ os.environ.setdefault("SPECVIZ_WORKER_JOBS", "workerfakes")  # the decode worker
 # No test reaches a model hub (weights come from the package or are built): the device process, which
 # inherits this environment, then refuses an uncached hub id at once instead of waiting on the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The Live page calibrates a pair after its first run (specviz.app.firstcal) into the calibration cache: off
+# for the suite, so that no run writes into the user's cache; its own tests turn it on with a scratch cache.
+os.environ.setdefault("SPECVIZ_AUTO_CALIBRATE", "0")
 
 
 import pytest  # noqa: E402

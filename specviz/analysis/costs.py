@@ -5,8 +5,10 @@ Records of random-weight models (target ``synthetic:...``, cost side only) are f
 
 from __future__ import annotations
 
+import calendar
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,9 @@ from specviz.common import cache_dir
 
 SYNTHETIC = "synthetic:"  # the name prefix of random-weight models (specviz.models.synthetic)
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench" / "results"  # where bench/gpu_check.sh's results are kept
+# The record's format: raise it when what a record's numbers mean changes, and every record of an older
+# format is stale (measured again on the pair's next Live run). Records from before the field are format 1.
+FORMAT = 1
 
 
 @dataclasses.dataclass
@@ -32,6 +37,7 @@ class Calibration:
     created: str = ""  # when it was measured (UTC, ISO 8601): a stale calibration misleads every prediction
     other_load: float | None = None  # cores other processes kept busy meanwhile (specviz.measure.hostload)
     cpus: int | None = None  # the machine's cores, for that number's scale
+    format: int = 1  # FORMAT when it was written (records from before the field: 1)
 
     def overhead_at(self, b: int) -> float:
         keys = sorted(int(x) for x in self.overhead)
@@ -107,6 +113,29 @@ def read_calibration(p: Path) -> Calibration | None:
         d = json.loads(p.read_text())
         return None if d.get("partial") else Calibration.from_json(d)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def stale_reason(cal: Calibration | None, models_changed: float | None = None) -> str | None:
+    """Why ``cal`` should be measured again, or None while it stands: there is none; its format is not
+    this specviz's (FORMAT); or a file of the pair's models changed after it was measured (``models_changed``:
+    the newest such file's mtime, seconds since the epoch; None when unknown, e.g. a hub model)."""
+    if cal is None:
+        return "no calibration of this pair on this device and dtype yet"
+    if cal.format != FORMAT:
+        return f"its record is format {cal.format}, this specviz writes format {FORMAT}"
+    measured = created_epoch(cal)
+    if models_changed is not None and measured is not None and models_changed >= measured + 1:  # whole seconds
+        return (f"a model file of the pair changed ({time.strftime('%Y-%m-%d %H:%M', time.gmtime(models_changed))} "
+                f"UTC) after it was measured ({cal.created})")
+    return None
+
+
+def created_epoch(cal: Calibration) -> float | None:
+    """When ``cal`` was measured, in seconds since the epoch (None for a record with no readable date)."""
+    try:
+        return float(calendar.timegm(time.strptime(cal.created, "%Y-%m-%dT%H:%M:%SZ")))
+    except (TypeError, ValueError):
         return None
 
 

@@ -15,11 +15,13 @@ server, which holds no torch). Only the worker imports this module.
     divergence    a speculative and a regular trace compared, with the target's margins
     distribution  the acceptance rule's chi-square test
     peaks         the device's peak copy bandwidth and matmul FLOP/s
+    calibrate     a Live run's pair, calibrated on a short grid when no calibration of it stands
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import time
@@ -233,3 +235,36 @@ def peaks(ctx, device: str) -> dict:
 
     ctx.say("measuring a large copy and a matmul…")
     return telemetry.measure_peaks(resolve_device(device))
+
+
+@job("calibrate")
+def calibrate(ctx, cfg, cache: str | None = None, force: bool = False, grid: tuple | None = None) -> dict:
+    """specviz.measure.quickcal.first_run_calibration: the short calibration of a Live run's pair (the
+    calibrate command's own function on a small grid), kept or refreshed in the calibration cache.
+    ``cache``: the folder the Streamlit server reads calibrations from (its specviz.common.cache_dir()):
+    the record is written there even when this process was started with another $SPECVIZ_CACHE."""
+    from specviz.measure.quickcal import first_run_calibration
+    from specviz.run import load_pair
+
+    ctx.say("loading the model pair…")
+    load_pair(cfg)  # from this process's own cache (its models stay where they are), before the record's folder is set
+    with _cache_at(cache):
+        return first_run_calibration(cfg, should_stop=ctx.stopped, note=ctx.say, force=force,
+                                     grid=(list(grid[0]), int(grid[1])) if grid else None)
+
+
+@contextlib.contextmanager
+def _cache_at(root: str | None):
+    """$SPECVIZ_CACHE set to ``root`` for the block (unchanged for None): specviz.common.cache_dir() reads it."""
+    if root is None:
+        yield
+        return
+    before = os.environ.get("SPECVIZ_CACHE")
+    os.environ["SPECVIZ_CACHE"] = root
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPECVIZ_CACHE", None)
+        else:
+            os.environ["SPECVIZ_CACHE"] = before

@@ -41,14 +41,16 @@ def mark(fig, trace: dict | None):
 
 
 # ---- a prediction without a calibration ------------------------------------------------------------------
-# Until `specviz calibrate` has measured this pair's forward costs on this device and dtype, every predicted
-# number stands on assumed costs: the word sits next to the number, its one-line reason under it.
+# Until a calibration (a Live run's, or `specviz calibrate`) has measured this pair's forward costs on this
+# device and dtype, every predicted number stands on assumed costs: the word sits next to the number, its
+# one-line reason under it.
 UNCALIBRATED = "uncalibrated"
 WHY_LIVE = ("uncalibrated: no calibration of this pair on this device and dtype yet, so the prediction is the "
-            "batch-1 formula with this run's α and draft cost c; `python -m specviz calibrate` measures the costs.")
+            "batch-1 formula with this run's α and draft cost c; a Live run calibrates its pair when it ends "
+            "(`python -m specviz calibrate` from a terminal).")
 WHY_ROOFLINE = ("uncalibrated: no calibration of this pair on this device and dtype yet, so these predictions use an "
                 "illustrative roofline (a forward flat up to N* tokens, a draft step c of a target step); "
-                "`python -m specviz calibrate` measures the costs.")
+                "a Live run calibrates its pair when it ends (`python -m specviz calibrate` from a terminal).")
 
 
 def prediction_label(label: str, calibrated: bool) -> str:

@@ -14,7 +14,7 @@ multiprocessing.connection (a Unix socket with an auth key) as it goes:
                       then (job id, "end", "done" | "stopped" | "error", error line, notes, result)
 
 Jobs are named (specviz.app.devicejobs.JOBS: run, facts, device, pair_problem, sweep, exactness,
-divergence, distribution, peaks): the Streamlit server asks for one by name with plain-data
+divergence, distribution, peaks, calibrate): the Streamlit server asks for one by name with plain-data
 parameters and never imports torch, transformers or a model itself. $SPECVIZ_WORKER_JOBS names
 modules the child imports after devicejobs, which may add or replace jobs (tests' stand-ins).
 

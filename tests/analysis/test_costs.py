@@ -1,0 +1,47 @@
+"""A calibration record stands until it is stale: there is none, its format is not this specviz's, or a
+model file of the pair changed after it was measured; records from before the format field are format 1."""
+
+from __future__ import annotations
+
+from specviz.analysis.analytic import CostModel
+from specviz.analysis.costs import FORMAT, Calibration, created_epoch, stale_reason
+
+CM = CostModel(t_fixed=0.001, t_mem=0.01, t_token=1e-5)
+
+
+def record(**kw) -> Calibration:
+    return Calibration(**{"target": "t", "draft": "ngram", "device": "cpu", "dtype": "float32", "target_cost": CM,
+                          "draft_cost": CM, "overhead": {"1": 0.0}, "residuals": {}, "samples": {},
+                          "created": "2026-01-01T00:00:00Z", **kw})
+
+
+def test_no_record_is_stale_and_says_so():
+    assert stale_reason(None) == "no calibration of this pair on this device and dtype yet"
+
+
+def test_a_fresh_record_of_this_format_stands():
+    assert stale_reason(record()) is None
+    assert stale_reason(record(), models_changed=created_epoch(record()) - 3600) is None  # models older than it
+
+
+def test_a_record_of_another_format_is_stale():
+    why = stale_reason(record(format=FORMAT + 1))
+    assert why == f"its record is format {FORMAT + 1}, this specviz writes format {FORMAT}"
+
+
+def test_a_record_is_stale_once_a_model_file_changed_after_it_was_measured():
+    cal = record()
+    why = stale_reason(cal, models_changed=created_epoch(cal) + 60)
+    assert why is not None and "a model file of the pair changed" in why and cal.created in why
+
+
+def test_a_record_with_no_date_is_judged_by_its_format_alone():
+    assert created_epoch(record(created="")) is None
+    assert stale_reason(record(created=""), models_changed=2e9) is None
+
+
+def test_records_from_before_the_format_field_read_as_format_one():
+    d = record().to_json()
+    del d["format"]
+    old = Calibration.from_json(d)
+    assert old.format == 1 == FORMAT and stale_reason(old) is None
