@@ -152,6 +152,9 @@ def exactness(rows: list[dict]) -> dict:
 
 # ---- why a bigger batch gains less ----------------------------------------------------------------
 
+FREE_SHARE = 0.15  # a drafted token that adds at most this share of a one-token step to the verify "rides almost free"
+
+
 def batch_gain_reason(target_cost, k: int, b_small: int = 1, b_large: int = 64, calibrated: bool = True) -> str:
     """Two sentences from the target's cost model (analytic.CostModel): what verifying k+1 tokens
     per row costs against one at a small and a large batch, and why that eats the gain."""
@@ -160,9 +163,12 @@ def batch_gain_reason(target_cost, k: int, b_small: int = 1, b_large: int = 64, 
     knee = target_cost.knee_tokens
     where = "measured on this machine by the calibration" if calibrated else "an illustrative roofline: no calibration yet"
     knee_txt = f"about {knee:.0f} tokens per forward" if knee != float("inf") else "no knee in the measured range"
+    extra = (ratio[b_small] - 1) / k  # what one drafted token adds to the verify, in one-token steps
+    cheap = ("the drafted tokens ride almost free" if extra <= FREE_SHARE else
+             f"each drafted token adds {extra:.2f} of a one-token step: not free even here")
     return (f"A target forward stays nearly flat in cost until it is compute-bound, at {knee_txt} ({where}); "
             f"below that the weights are read once whatever the batch, so at b = {b_small} verifying k + 1 = {k + 1} "
-            f"tokens per row costs {ratio[b_small]:.2f}× one token and the drafted tokens ride almost free. "
+            f"tokens per row costs {ratio[b_small]:.2f}× one token: {cheap}. "
             f"At b = {b_large} the batch alone already fills {b_large} tokens per forward, so the same verify costs "
             f"{ratio[b_large]:.2f}× one step and pays back most of what acceptance saves: the bigger the batch, "
             f"the smaller the gain and the smaller the best k.")

@@ -136,3 +136,14 @@ def test_batch_gain_reason_reads_the_verify_cost_at_both_batch_sizes():
     line = explain.batch_gain_reason(cost, k=2, b_small=1, b_large=64)
     assert "about 64 tokens per forward" in line
     assert "costs 1.00× one token" in line and "costs 3.00× one step" in line  # 192 tokens / 64 at b = 64
+    assert "ride almost free" in line  # flat up to the knee: the drafted tokens add nothing at b = 1
+
+
+def test_batch_gain_reason_says_what_a_drafted_token_costs_when_the_curve_is_not_flat():
+    from specviz.analysis.analytic import CostModel
+
+    cost = CostModel(t_fixed=0.5, t_mem=0.0, t_token=0.25)  # no flat region: every token costs a quarter unit more
+    line = explain.batch_gain_reason(cost, k=3, b_small=1, b_large=64)
+    extra = (cost(1, 4) / cost(1, 1) - 1) / 3  # 0.25 / 0.75 of a one-token step per drafted token
+    assert f"costs {cost(1, 4) / cost(1, 1):.2f}× one token" in line
+    assert f"each drafted token adds {extra:.2f} of a one-token step" in line and "ride almost free" not in line
