@@ -48,9 +48,10 @@ INT_LISTS = {"batch_sizes": 1, "draft_lengths": 1, "eval_ks": 1}  # dest: lowest
 
 
 # The pages' controls for a run's settings: (lowest, highest, default, step). What a slider can
-# reach is a sensible range for a demo, always inside INTS / FLOATS (tests/test_bounds.py).
+# reach is a sensible range for a demo, always inside INTS / FLOATS (tests/test_bounds.py); a default is
+# the CLI's (RunConfig's), so the Live page's first run is `specviz run`'s.
 SLIDERS = {
-    "batch_size": (1, 64, 4, 1),
+    "batch_size": (1, 64, 1, 1),
     "draft_length": (0, 16, 2, 1),
     "max_new_tokens": (1, 512, 64, 1),
     "temperature": (0.0, 2.0, 0.0, 0.05),

@@ -27,6 +27,11 @@ def test_every_page_control_stays_inside_the_bounds_its_run_is_checked_against(d
     assert SLIDERS[dest][0] <= default <= hi and step > 0
 
 
+@pytest.mark.parametrize("dest", ["batch_size", "draft_length", "max_new_tokens", "temperature", "top_p", "seed"])
+def test_the_live_pages_defaults_are_the_clis(dest):
+    assert SLIDERS[dest][2] == getattr(RunConfig(), dest)
+
+
 def test_every_bounded_number_of_a_run_is_in_the_table():
     numeric = {f.name for f in dataclasses.fields(RunConfig)
                if f.type in ("int", "float", "int | None") and f.name not in ("tree_width", "tree_nodes")}
