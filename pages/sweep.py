@@ -25,7 +25,8 @@ appstate.run_banner()
 st.caption("The same measurement as `python -m specviz sweep`: for every cell, each prompt runs at batch size b "
            "with regular decoding and with speculative decoding at draft length k, interleaved in one process; "
            "measured speedup = speculative tokens/s / regular tokens/s. Predictions come from the calibrated cost "
-           "model (calibrated first if this pair has no calibration yet).")
+           "model (calibrated first if this pair has no calibration yet). The page starts on a quick grid (b 1, 4; "
+           "k 2, 4; 16 new tokens); the command's default grid is b 1, 2, 4, 8 by k 1, 2, 4, 6, 8 at 64 tokens.")
 st.markdown(tokentext.ALPHA_FIT_DEFINITION + " The Live and Speedup pages count α directly from the trace.")
 
 job = st.session_state.get(JOB_KEY)
