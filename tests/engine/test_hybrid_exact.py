@@ -1,5 +1,5 @@
 """The hybrid draft (default+suffix) on the packaged model: greedy fp32, ragged prompts, chains and token trees
-at B = 1, 3 and 8, under a request queue, and one merged tree per row: every row equals plain greedy at B = 1
+at B = 1, 3, 8 and 13, under a request queue, and one merged tree per row: every row equals plain greedy at B = 1
 (a divergence only at a reported near-tie), and both drafts drafted."""
 
 import pytest
@@ -27,7 +27,7 @@ def run_hybrid(target, prompt_ids, references, B, k, tree=None, requests=None, m
 
 
 @pytest.mark.parametrize("tree", [None, TreeShape(3, 8)], ids=["chain", "tree"])
-@pytest.mark.parametrize("B", [1, 3, 8])
+@pytest.mark.parametrize("B", [1, 3, 8, 13])
 def test_hybrid_rows_equal_batch_one_greedy(target, prompt_ids, references, B, tree):
     checks, dec, choices = run_hybrid(target, prompt_ids, references, B, 4, tree)
     assert len(checks) == B
