@@ -1,14 +1,17 @@
 """The suffix draft, prompt lookup, the default model draft and the hybrid (default+suffix) against regular
-decoding, in one process, interleaved (specviz.measure.bench): on edit-code at B = 1 and B = 8 (with, at
-B = 1, the hybrid's token trees per row against one merged tree), and the hybrid against the model draft
-alone on chat at B = 1 and B = 8; then each draft's cost per step (median draft-phase ms of the steps that
+decoding, in one process, interleaved (specviz.measure.bench): on every predictable prompt set (edit-code,
+rewrite-text, reformat-data, multi-turn) at B = 1 and B = 8, the suffix draft both at the shared draft
+length k and at its own longer cap (--suffix-draft-length: the depth rule drafts only as deep as a match
+supports, so a long cap costs nothing where matches are short); on edit-code at B = 1 also the hybrid's
+token trees per row against one merged tree; and the hybrid against the model draft alone on chat at
+B = 1 and B = 8. Each table gives each draft's cost per step (median draft-phase ms of the steps that
 drafted) beside the model draft's.
 
-    .venv/bin/python bench/suffix_hybrid.py --rounds 3 --max-new-tokens 48
+    .venv/bin/python bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96
 
 Greedy, the packaged target (``--dtype``, bf16 by default: the default draft is then the shipped distilled
 draft). A suffix draft starts every run empty (engine_arm restores its global structure), so a round never
-learns from an earlier round's answers.
+learns from an earlier round's answers: every prompt is one the draft has never seen.
 """
 
 import argparse
@@ -35,12 +38,14 @@ def draft_ms(traces: list[dict]) -> float | None:
 
 
 def arms_for(target, prompts, B, k, max_new, drafts: dict, trees: bool):
-    """{label: arm}: regular, then each draft (label -> proposer), chains; with ``trees`` the hybrid's trees too."""
+    """{label: arm}: regular, then each draft (label -> proposer, or -> (proposer, its own k)), chains; with
+    ``trees`` the hybrid's trees too."""
     base = RunConfig(target="default", dtype=str(target.dtype).removeprefix("torch."), prompts=prompts, batch_size=B,
                      draft_length=k, max_new_tokens=max_new)
     cfgs = {"regular": (dataclasses.replace(base, mode="regular", draft="none"), None)}
     for label, proposer in drafts.items():
-        cfgs[label] = (base, proposer)
+        proposer, own_k = proposer if isinstance(proposer, tuple) else (proposer, k)
+        cfgs[label] = (dataclasses.replace(base, draft_length=own_k), proposer)
     if trees:
         tree = dataclasses.replace(base, tree_width=2, tree_nodes=8)
         cfgs["hybrid tree (per row)"] = (tree, drafts["default+suffix"])
@@ -65,6 +70,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--draft-length", type=int, default=4)
+    ap.add_argument("--suffix-draft-length", type=int, default=12, help="the suffix-only arm's own cap")
+    ap.add_argument("--prompt-sets", default="edit-code,rewrite-text,reformat-data,multi-turn")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batch-sizes", default="1,8")
     a = ap.parse_args()
@@ -73,12 +80,16 @@ def main() -> None:
     target = get_model("default", "cpu", a.dtype)
     model = make_proposer("default", target)
     for B in (int(x) for x in a.batch_sizes.split(",")):
-        edit = prompt_set("edit-code")[: max(B, 4)]
-        drafts = {"ngram": make_proposer("ngram", target), "suffix": SuffixDraft(device=target.device),
-                  "default": model, "default+suffix": HybridDraft(model, SuffixDraft(device=target.device))}
-        report(f"edit-code, B = {B}, k = {a.draft_length}, {len(edit)} prompts",
-               interleaved(arms_for(target, edit, B, a.draft_length, a.max_new_tokens, drafts, trees=B == 1), a.rounds))
-        chat = prompt_set("chat")[: max(B, 4)]
+        for name in a.prompt_sets.split(","):
+            prompts = prompt_set(name)[: max(B, 8)]
+            drafts = {"ngram": make_proposer("ngram", target), "suffix": SuffixDraft(device=target.device),
+                      f"suffix, k = {a.suffix_draft_length}": (SuffixDraft(device=target.device),
+                                                               a.suffix_draft_length),
+                      "default": model, "default+suffix": HybridDraft(model, SuffixDraft(device=target.device))}
+            trees = B == 1 and name == "edit-code"
+            report(f"{name}, B = {B}, k = {a.draft_length}, {len(prompts)} prompts",
+                   interleaved(arms_for(target, prompts, B, a.draft_length, a.max_new_tokens, drafts, trees), a.rounds))
+        chat = prompt_set("chat")[: max(B, 8)]
         drafts = {"default": model, "default+suffix": HybridDraft(model, SuffixDraft(device=target.device))}
         report(f"chat, B = {B}, k = {a.draft_length}, {len(chat)} prompts",
                interleaved(arms_for(target, chat, B, a.draft_length, a.max_new_tokens, drafts, trees=False), a.rounds))
