@@ -2,7 +2,8 @@
 decoding, in one process, interleaved (specviz.measure.bench): on every predictable prompt set (edit-code,
 rewrite-text, reformat-data, multi-turn) at B = 1 and B = 8, the suffix draft both at the shared draft
 length k and at its own longer cap (--suffix-draft-length: the depth rule drafts only as deep as a match
-supports, so a long cap costs nothing where matches are short); on edit-code at B = 1 also the hybrid's
+supports, so a long cap costs little where matches are short), there also with the depth rule's factor 1
+(Arctic's default, the hybrid's) beside the default 4; on edit-code at B = 1 also the hybrid's
 token trees per row against one merged tree; and the hybrid against the model draft alone on chat at
 B = 1 and B = 8. Each table gives each draft's cost per step (median draft-phase ms of the steps that
 drafted) beside the model draft's.
@@ -23,12 +24,17 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from specviz.engine.hybrid import HybridDraft  # noqa: E402
+from specviz.engine.hybrid import SUFFIX_FACTOR, HybridDraft  # noqa: E402
 from specviz.engine.suffix import SuffixDraft  # noqa: E402
 from specviz.measure.bench import engine_arm, interleaved, warm_up  # noqa: E402
 from specviz.prompts.sets import prompt_set  # noqa: E402
 from specviz.run import get_model, make_proposer  # noqa: E402
 from specviz.runconfig import RunConfig  # noqa: E402
+
+
+def hybrid_suffix(target) -> SuffixDraft:
+    """The suffix draft as the hybrid uses it (its depth rule's factor 1, as run.make_proposer builds it)."""
+    return SuffixDraft(device=target.device, factor=SUFFIX_FACTOR)
 
 
 def draft_ms(traces: list[dict]) -> float | None:
@@ -49,7 +55,7 @@ def arms_for(target, prompts, B, k, max_new, drafts: dict, trees: bool):
     if trees:
         tree = dataclasses.replace(base, tree_width=2, tree_nodes=8)
         cfgs["hybrid tree (per row)"] = (tree, drafts["default+suffix"])
-        cfgs["hybrid tree (merged)"] = (tree, HybridDraft(drafts["default"], SuffixDraft(device=target.device), merge=True))
+        cfgs["hybrid tree (merged)"] = (tree, HybridDraft(drafts["default"], hybrid_suffix(target), merge=True))
     for cfg, proposer in cfgs.values():
         warm_up(cfg, target, proposer)
     return {label: engine_arm(cfg, target, proposer) for label, (cfg, proposer) in cfgs.items()}
@@ -85,12 +91,13 @@ def main() -> None:
             drafts = {"ngram": make_proposer("ngram", target), "suffix": SuffixDraft(device=target.device),
                       f"suffix, k = {a.suffix_draft_length}": (SuffixDraft(device=target.device),
                                                                a.suffix_draft_length),
-                      "default": model, "default+suffix": HybridDraft(model, SuffixDraft(device=target.device))}
+                      f"suffix, k = {a.suffix_draft_length}, factor 1": (hybrid_suffix(target), a.suffix_draft_length),
+                      "default": model, "default+suffix": HybridDraft(model, hybrid_suffix(target))}
             trees = B == 1 and name == "edit-code"
             report(f"{name}, B = {B}, k = {a.draft_length}, {len(prompts)} prompts",
                    interleaved(arms_for(target, prompts, B, a.draft_length, a.max_new_tokens, drafts, trees), a.rounds))
         chat = prompt_set("chat")[: max(B, 8)]
-        drafts = {"default": model, "default+suffix": HybridDraft(model, SuffixDraft(device=target.device))}
+        drafts = {"default": model, "default+suffix": HybridDraft(model, hybrid_suffix(target))}
         report(f"chat, B = {B}, k = {a.draft_length}, {len(chat)} prompts",
                interleaved(arms_for(target, chat, B, a.draft_length, a.max_new_tokens, drafts, trees=False), a.rounds))
 

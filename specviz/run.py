@@ -18,7 +18,7 @@ from specviz.engine.policies import COST_AWARE, UNCALIBRATED, make_controller
 from specviz.models.distilled import get_distilled_draft, is_distilled_draft
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.suffix import SuffixDraft
-from specviz.engine.hybrid import HybridDraft
+from specviz.engine.hybrid import SUFFIX_FACTOR, HybridDraft
 from specviz.engine.decoder import SpecDecoder
 from specviz.common import SpecvizError
 from specviz.models.devicemap import placement
@@ -116,7 +116,7 @@ def make_proposer(draft: str, target, stop_below: float = 0.0, options: ForwardO
             raise SpecvizError(f"--draft {spec}: the part before '+suffix' resolves to {model.name if model else 'none'} "
                                f"for {target.name} in {str(target.dtype).removeprefix('torch.')}; MODEL+suffix wants a "
                                "model draft there (a token draft: a model SPEC or a distilled draft folder)")
-        return HybridDraft(model, SuffixDraft(device=target.device))
+        return HybridDraft(model, SuffixDraft(device=target.device, factor=SUFFIX_FACTOR))
     if spec == "default@bf16":
         loaded = get_model("default", str(target.device), "bfloat16")
     elif is_distilled_draft(spec):  # shares the target's input embedding, runs in the target's dtype

@@ -41,6 +41,8 @@ from specviz.engine.tree import TokenTree
 
 PRIOR_ALPHA = 0.7  # the model's acceptance per position before this run saw any: 1.8 tokens expected at k = 4,
 # so a one-token match (score <= 1) never beats a fresh model draft and a two-token one that recurs does
+SUFFIX_FACTOR = 1.0  # the hybrid's suffix draft drafts at most L deep for a match of L tokens (Arctic's default),
+# so a short match scores low against the model draft (the plain suffix draft drafts deeper: suffix.FACTOR)
 PRIOR_STEPS = 2.0  # pseudo-steps of the pooled rate in a row's estimate (and of PRIOR_ALPHA in the pooled one)
 
 
