@@ -30,6 +30,7 @@ ENGINES = ("vllm", "sglang", "llamacpp", "transformers")
 SCHEDULE_SINCE = (0, 24, 0)  # vLLM's num_speculative_tokens_per_batch_size: documented from 0.24.0
 NGRAM_MAX = 3  # our ngram proposer's default n (specviz.peers.server.NGRAM_MAX: vllm serve writes the same)
 DISTILLED_FILE = "specviz_draft.json"  # specviz.models.distilled.DRAFT_FILE (that module imports torch)
+SUFFIX_FACTOR = 4.0  # the suffix draft's depth rule (specviz.engine.suffix.FACTOR: that module imports torch)
 VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -117,7 +118,7 @@ def vllm_settings(plan: Plan, version: str | None = None) -> Settings:
         return Settings("vllm", "", {}, "leave --speculative-config out: speculation is predicted to lose to regular "
                                         f"decoding at {'every batch size' if schedule else f'batch {plan.serve_batch}'}")
     method = {"ngram": {"method": "ngram", "prompt_lookup_max": d.ngram_max, "prompt_lookup_min": 1},
-              "suffix": {"method": "suffix"}, "model": {"method": "draft_model", "model": d.name}}[d.kind]
+              "suffix": {"method": "suffix", "suffix_decoding_max_spec_factor": SUFFIX_FACTOR}, "model": {"method": "draft_model", "model": d.name}}[d.kind]
     value = {**method, "num_speculative_tokens": k_max}
     if schedule:
         value["num_speculative_tokens_per_batch_size"] = ranges

@@ -43,7 +43,7 @@ def test_vllm_before_schedules_writes_the_k_of_the_serving_batch(version, reason
 def test_vllm_suffix_decoding_gets_one_k_even_where_schedules_exist():
     plan = ec.Plan(k_by_batch=(8, 6, 4), serve_batch=3, draft=ec.draft_of("suffix"))
     s = ec.settings_for("vllm", plan, "0.32.0")
-    assert s.text == '{"method": "suffix", "num_speculative_tokens": 4}'
+    assert s.text == '{"method": "suffix", "suffix_decoding_max_spec_factor": 4.0, "num_speculative_tokens": 4}'
     assert "suffix decoding sizes its own drafts" in s.explanation
 
 
@@ -102,9 +102,10 @@ def test_versions_parse_as_vllm_writes_them():
 
 
 def test_draft_specs_map_to_what_the_engines_can_serve(tmp_path):
+    from specviz.engine.suffix import FACTOR
     from specviz.models.distilled import DRAFT_FILE
 
-    assert ec.DISTILLED_FILE == DRAFT_FILE
+    assert ec.DISTILLED_FILE == DRAFT_FILE and ec.SUFFIX_FACTOR == FACTOR  # the torch-free copies
     (tmp_path / DRAFT_FILE).write_text("{}")
     assert ec.draft_of(str(tmp_path)).kind == "distilled"
     assert ec.draft_of("ngram:5") == ec.Draft("ngram", "ngram:5", 5)
