@@ -67,7 +67,7 @@ def test_set_up_shows_the_steps_settings_in_the_live_controls():
     at.button(key="lesson_setup").click().run()
     at.switch_page("pages/live.py").run()
     assert at.selectbox(key="draft_kind").value == "suffix"
-    assert at.selectbox(key="prompt_set").value.startswith("edit code")
+    assert at.selectbox(key="prompt_set").value.startswith("rewrite text")
     assert at.text_area(key="prompts_text").value == lessons.LESSONS[suffix].settings["prompts_text"]
     assert at.checkbox(key="synthetic_on").value is False
 

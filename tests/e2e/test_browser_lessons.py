@@ -43,7 +43,7 @@ def test_the_lessons_page_walks_every_step_in_a_real_browser():
             assert tools.js(browser.ERRORS_JS) == [], step.title
             if i < count - 1:
                 browser.wait_for(lambda: click_button(tools, "Next ▶"), 30, "Next")
-        # back one step (the suffix draft on code edits: k = 4, not Live's default) and set it up again
+        # back one step (the suffix draft on text rewrites: k = 12, not Live's default) and set it up again
         browser.wait_for(lambda: click_button(tools, "◀ Previous"), 30, "Previous")
         browser.wait_for(lambda: shows(tools, f"Step {count - 1} of {count}"), 30, f"step {count - 1}")
         browser.wait_for(lambda: click_button(tools, "Set up this step"), 30, "Set up this step")
