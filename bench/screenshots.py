@@ -4,7 +4,7 @@ Starts `streamlit run app.py` and a headless chromium (tests/browser.py), and ma
 Live page, each in a fresh browser session:
 
   hero   a run where speculation pays: a predictable workload and a model-free draft at b = 1
-         (default: the edit-code prompt set, the suffix draft, k = 4, 96 new tokens), race on. The
+         (default: the rewrite-text prompt set, the suffix draft, k = 12, 96 new tokens), race on. The
          top of the finished Live page is written to --hero (docs/screenshot.png), but only when the
          page measured a speedup of at least --min-speedup (1.0): the README shows a run that wins,
          and a run that lost says so and writes nothing.
@@ -14,7 +14,7 @@ Live page, each in a fresh browser session:
 
 Both need an idle machine: another busy process makes the page report a slow, unreliable run.
 
-    .venv/bin/python bench/screenshots.py [--only hero|tour] [--draft suffix] [--prompt-set edit-code]
+    .venv/bin/python bench/screenshots.py [--only hero|tour] [--draft suffix] [--prompt-set rewrite-text]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from specviz.app.state import DRAFT_KINDS  # noqa: E402
 from specviz.bounds import SLIDERS  # noqa: E402
 from specviz.prompts.sets import PROMPT_SETS, SET_NAMES  # noqa: E402
 
-PAGES = ["Live", "Speedup model", "Sweep", "Correctness", "Hardware", "Server"]  # app.py's navigation
+PAGES = ["Live", "Speedup model", "Sweep", "Correctness", "Hardware", "Server", "Lessons"]  # app.py's navigation
 SETTLE_S = 2.0  # plotly lays out after the page's last rerun
 
 
@@ -94,9 +94,7 @@ def tour(url: str, a) -> int:
         print(f"default run: measured {metrics.get('measured speedup')}, {metrics.get('tokens/s')} tokens/s", flush=True)
         for page in PAGES:
             if page != "Live":
-                link = f"""(() => {{ const a = [...document.querySelectorAll('[data-testid="stSidebarNavLink"]')]
-                             .find(e => e.innerText.trim() === {page!r}); if (!a) return false; a.click(); return true; }})()"""
-                browser.wait_for(lambda: tools.js(link), 30, f"the sidebar link to {page}")
+                browser.wait_for(lambda: tools.js(browser.nav_click_js(page)), 30, f"the sidebar link to {page}")
                 browser.wait_for(lambda: not tools.js("document.querySelector('[data-testid=\"stStatusWidget\"]')"),
                                  120, f"{page} to finish drawing")
                 time.sleep(SETTLE_S)
@@ -110,10 +108,10 @@ def main() -> int:
     p.add_argument("--only", choices=["hero", "tour"], help="make one of the two (default: both)")
     p.add_argument("--hero", type=Path, default=ROOT / "docs" / "screenshot.png", help="the README's screenshot")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots", help="the tour's folder")
-    p.add_argument("--prompt-set", default="edit-code", help="the hero run's prompt set (a short name)")
+    p.add_argument("--prompt-set", default="rewrite-text", help="the hero run's prompt set (a short name)")
     p.add_argument("--draft", default="suffix", choices=list(DRAFT_KINDS), help="the hero run's draft")
     p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--draft-length", type=int, default=4)
+    p.add_argument("--draft-length", type=int, default=12)
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--min-speedup", type=float, default=1.0, help="write the hero only if the page measured this")
     a = p.parse_args()

@@ -191,6 +191,14 @@ def chromium(width: int = 1600, height: int = 2400):
 ERRORS_JS = """[...document.querySelectorAll('[data-testid="stException"], [data-testid="stAlertContentError"]')]
               .map(e => e.innerText)"""
 CHART_TITLES_JS = """[...document.querySelectorAll('[data-testid="stPlotlyChart"] .gtitle')].map(e => e.textContent)"""
+def nav_click_js(label: str) -> str:
+    """JS that clicks the sidebar's link to page ``label`` and returns whether it found one (a link's text
+    starts with its icon's name, so it is matched by its end)."""
+    return f"""(() => {{ const a = [...document.querySelectorAll('[data-testid="stSidebarNavLink"]')]
+                 .find(a => a.innerText.trim().endsWith({json.dumps(label)})); if (!a) return false; a.click();
+                 return true; }})()"""
+
+
 RUN_BUTTON_JS = """[...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Run')"""
 CLICK_RUN_JS = f"""(() => {{ const b = {RUN_BUTTON_JS}; if (!b || b.disabled) return false; b.click(); return true; }})()"""
 RUN_DISABLED_JS = f"""(() => {{ const b = {RUN_BUTTON_JS}; return !!b && b.disabled; }})()"""

@@ -102,10 +102,7 @@ def visit_every_page(tools: browser.DevTools) -> dict:
     """Each page through the sidebar (a client-side switch: the same session, the same trace)."""
     seen = {}
     for label, title in PAGES.items():
-        click = f"""(() => {{ const a = [...document.querySelectorAll('[data-testid="stSidebarNavLink"]')]
-                     .find(a => a.innerText.trim().endsWith({json.dumps(label)})); if (!a) return false; a.click();
-                     return true; }})()"""
-        assert tools.js(click), label
+        assert tools.js(browser.nav_click_js(label)), label
         seen[label] = state = settled(tools, title)
         assert_nothing_from_the_trace_ran(state, label)
     return seen

@@ -35,10 +35,7 @@ def children(pid: int) -> list[int]:
 
 
 def go_to(tools: browser.DevTools, label: str) -> None:
-    click = f"""(() => {{ const a = [...document.querySelectorAll('[data-testid="stSidebarNavLink"]')]
-                 .find(a => a.innerText.trim().endsWith({json.dumps(label)})); if (!a) return false; a.click();
-                 return true; }})()"""
-    browser.wait_for(lambda: tools.js(click), 30, f"the {label} link")
+    browser.wait_for(lambda: tools.js(browser.nav_click_js(label)), 30, f"the {label} link")
     title = "Live batched speculative decoding" if label == "Live" else label
     browser.wait_for(lambda: browser.no_exception(tools) or title.split(":")[0] in
                      (tools.js("document.querySelector('[data-testid=\"stMain\"] h1')?.innerText ?? ''") or ""),
