@@ -28,6 +28,7 @@ BEGIN = "<!-- current results: made by bench/current_results.py from bench/resul
 END = "<!-- end of current results -->"
 
 EPYC = "2-core AMD EPYC, idle"
+XEON = "2-core Intel Xeon (AMX), idle"
 FREEFORM = "bench/results/continued-draft-2026-12-01/freeform.jsonl"
 TOKEN = "specviz/assets/draft-SmolLM2-135M-Instruct"
 FEATURE = "specviz/assets/feature-draft-2l-SmolLM2-135M-Instruct"
@@ -47,6 +48,7 @@ COMMANDS = {
     "llamacpp-b1": "specviz bench --peer llamacpp --prompts bench/results/llamacpp-peer-2026-12-05/prompts.jsonl "
                    "--max-new-tokens 32 --repeats 2 --dtype bfloat16 --batch-size 1 --peer-weights bf16,q4_1 "
                    "--peer-modes regular,lookup,draft --json",
+    "suffix": "bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96",
     "trees": f"bench/trees.py --prompts {FREEFORM} --batch-size 1 --rounds 3 --drafts token:{TOKEN},old:OLD,wide:{FEATURE} "
              "--chains 2 --trees 3:2:6,3:4:12",
 }
@@ -178,6 +180,33 @@ def llama_cpp() -> list[str]:
     return out
 
 
+def suffix_tables(path: Path) -> list[dict]:
+    """bench/suffix_hybrid.py's output: one dict per table (workload, B, k, prompts) with its rows by arm."""
+    tables = []
+    for line in path.read_text().splitlines():
+        if m := re.match(r"(\S+), B = (\d+), k = (\d+), (\d+) prompts$", line):
+            tables.append({"set": m.group(1), "B": int(m.group(2)), "k": int(m.group(3)), "rows": {}})
+        elif tables and (m := re.match(r"(.+?) +([\d.]+) +([\d.]+x) \(([\d.]+)-([\d.]+)\) +(\S+)(?: +([\d.]+))?$", line)):
+            arm, _, ratio, lo, hi, acc, ms = m.groups()
+            tables[-1]["rows"][arm] = {"ratio": ratio, "spread": f"{lo}–{hi}", "acceptance": acc, "ms": ms or "–"}
+    return tables
+
+
+def suffix() -> list[str]:
+    folder = "suffix-hybrid-2026-12-05"
+    out = ["| workload | B | draft (k) | vs regular (median) | spread over rounds | acceptance | draft ms / step | "
+           "rounds | commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for t in suffix_tables(RESULTS / folder / "out.txt"):
+        for arm, r in t["rows"].items():
+            if arm == "regular":
+                continue
+            label = arm if ", k = " in arm else f"{arm} (k = {t['k']})"
+            out.append(f"| {t['set']} | {t['B']} | {label.replace(', k = ', ' (k = ') + (')' if ', k = ' in arm else '')} | "
+                       f"**{r['ratio']}** | {r['spread']} | {'–' if r['acceptance'] == 'nan' else r['acceptance']} | "
+                       f"{r['ms']} | 2 | a310ff7 | {XEON} | suffix |")
+    return out
+
+
 def trees() -> list[str]:
     path = RESULTS / "feature-draft-wide-2026-12-03" / "trees-b1.log"
     _, table = rounds_and_table(path)
@@ -221,6 +250,16 @@ def section() -> str:
              "8 free-form prompts, greedy, 2 threads each side, ours in bf16 with the default pair (`ours default k=2`); "
              "llama.cpp's `draft` drafts with the packaged target at 4 bits (it cannot read our distilled draft):", "",
              *llama_cpp(), "",
+             "### Suffix decoding and the hybrid, on predictable workloads and on chat", "",
+             "`suffix` (model-free, learns from the prompt and earlier outputs), prompt lookup (`ngram`), the `default` "
+             "token draft and the hybrid (`default+suffix`), each against regular decoding; 8 prompts per set that the "
+             "drafts never saw (every round starts the suffix structure empty), 96 new tokens, greedy, bf16. The "
+             "suffix draft drafts at most min(k, 4 L) deep for a match of L tokens, so it appears both at the shared "
+             "k = 4 and at its own cap k = 12, and at k = 12 also with factor 1 (min(k, L), Arctic Inference's default "
+             "and the hybrid's). `hybrid tree`: the hybrid's token trees (width 2, 8 nodes), one draft per row or one "
+             "merged tree. This is a different machine from the tables above (a 2-core Intel Xeon with AMX, where bf16 "
+             "regular decoding runs about twice as fast):", "",
+             *suffix(), "",
              "### Token trees vs chains", "",
              "Batch size 1, the 24 free-form prompts, 48 new tokens; chains and trees of depth k, width W, N nodes:", "",
              *trees(), "",
