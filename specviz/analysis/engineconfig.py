@@ -118,7 +118,8 @@ def vllm_settings(plan: Plan, version: str | None = None) -> Settings:
         return Settings("vllm", "", {}, "leave --speculative-config out: speculation is predicted to lose to regular "
                                         f"decoding at {'every batch size' if schedule else f'batch {plan.serve_batch}'}")
     method = {"ngram": {"method": "ngram", "prompt_lookup_max": d.ngram_max, "prompt_lookup_min": 1},
-              "suffix": {"method": "suffix", "suffix_decoding_max_spec_factor": SUFFIX_FACTOR}, "model": {"method": "draft_model", "model": d.name}}[d.kind]
+              "suffix": {"method": "suffix", "suffix_decoding_max_spec_factor": SUFFIX_FACTOR},
+              "model": {"method": "draft_model", "model": d.name}}[d.kind]
     value = {**method, "num_speculative_tokens": k_max}
     if schedule:
         value["num_speculative_tokens_per_batch_size"] = ranges

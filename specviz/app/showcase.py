@@ -4,7 +4,7 @@ speedups, acceptance and the cost model's reason side by side.
 
   wins   rewrite-text (fix the spelling of a given passage: the answer copies the prompt) with the
          suffix draft at B = 1 and k = 12: it drafts long runs it has seen, as deep as its match supports,
-         and costs no model forward (bench/suffix_hybrid.py: 2.66x regular on this set, k = 12, bf16)
+         and costs no model forward (bench/suffix_hybrid.py: 3.25x regular on this set, k = 12, bf16)
   loses  chat (fresh prompts) with the default draft at B = 16: a model draft accepts less there, and at
          B = 16 a verify of k + 1 tokens per row costs the target several regular steps
 

@@ -11,9 +11,9 @@ Per row and step (specviz.engine.suffixindex holds the structures):
           is the number of occurrences), its path probability the product down from the root
   tree    best-first by path probability: a node is drafted while the tree has fewer than N nodes, its
           parent fewer than W children, its depth is within the bound below and its path probability is
-          at least ``min_prob``. Of the two structures, the one whose tree scores higher drafts (on a tie,
-          the one with the longer match); the score is the sum of the path probabilities, the expected accepted length if the counts were the
-          target's probabilities (Arctic Inference picks between its per-request and global trees so).
+          at least ``min_prob``. Of the two structures, the one whose tree scores higher drafts (on a
+          tie, the one with the longer match); the score is the sum of the path probabilities, the
+          expected accepted length if the counts were the target's probabilities (Arctic Inference picks between its per-request and global trees so).
   chain   tree width 1: the same walk, so the most frequent child at each depth.
 
 The depth rule: a match of L tokens drafts to depth min(k, floor(factor x L)), and only nodes whose path
@@ -22,7 +22,7 @@ match of length p, alpha a tuned factor; Arctic Inference's speculate() uses max
 max_spec_offset and drops tokens below min_token_prob, with defaults 1.0, 0 and 0.1. min_prob is theirs;
 the factor here is 4 (FACTOR), measured: on the predictable sets at k = 12, B = 1 and 8, factor 4 was
 faster than 1 on rewrite-text (3.33x vs 2.72x regular at B = 1, 1.98x vs 1.74x at B = 8) and edit-code at
-B = 1 (2.33x vs 2.18x), level at B = 8 (bench/results/suffix-hybrid-2026-12-05). A verify of k + 1 tokens
+B = 1 (2.33x vs 2.18x), level at B = 8 (bench/results/suffix-hybrid-2026-12-05/factor-probe.txt). A verify of k + 1 tokens
 costs about one regular step at small B, so drafting deeper after a short match (one that just picked up
 the copied text again after an edit) costs little and often pays. The hybrid keeps factor 1
 (specviz.engine.hybrid: there a short match must score low against the model draft).
