@@ -103,17 +103,14 @@ def _warm_up(runner, cfg, target, proposer) -> None:
     forwards of its shapes (buffers, the CPU's kernel choice): without it the speculative run, which goes
     first, paid them alone, and a short winning run read as a loss (1.02x on the page where the same run
     from the CLI, warmed, gives 3x). What a suffix draft learns here is forgotten."""
-    from specviz.measure.bench import WARM_TOKENS
+    from specviz.measure.bench import WARM_TOKENS, forgetting
 
-    corpus = getattr(proposer, "corpus", None)  # a suffix draft's or a hybrid's global structure
-    start = corpus.snapshot() if corpus is not None else None
     short = dataclasses.replace(cfg, prompts=cfg.prompts[: cfg.batch_size], requests=None, arrival_rate=0.0,
                                 max_new_tokens=min(WARM_TOKENS, cfg.max_new_tokens), suffix_corpus=None)
-    for c, p in ((short, proposer), (dataclasses.replace(short, mode="regular"), None)):
-        for _ in runner(c, target, p):
-            pass
-    if corpus is not None:
-        corpus.restore(start)
+    with forgetting(proposer):
+        for c, p in ((short, proposer), (dataclasses.replace(short, mode="regular"), None)):
+            for _ in runner(c, target, p):
+                pass
 
 
 def _decode(ctx, runner, cfg, target, proposer, record: bool) -> dict:

@@ -10,10 +10,11 @@ transformers' own generate(assistant_model=...) at batch 1.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from specviz.analysis.trace import summarize, tokens_per_s
 from specviz.models.loading import encode_prompts
@@ -25,23 +26,29 @@ Arm = Callable[[], tuple[float, list[dict] | None]]
 WARM_TOKENS = 8  # warm-up length: the first forwards of a shape pay for allocation and kernel choice
 
 
-def _learnt(proposer):
-    """A suffix draft's global structure (what it learnt from earlier requests), or None for other drafts."""
-    return getattr(proposer, "corpus", None)  # the suffix draft's, or a MODEL+suffix hybrid's
+@contextlib.contextmanager
+def forgetting(proposer) -> Iterator[None]:
+    """Whatever a suffix draft's global structure (its own, or a MODEL+suffix hybrid's) learns inside the
+    block is forgotten at its end, even on an error: warm-ups and repeated arms leave it as they found it.
+    Other drafts learn nothing across requests, and for them this does nothing."""
+    corpus = getattr(proposer, "corpus", None)
+    start = corpus.snapshot() if corpus is not None else None
+    try:
+        yield
+    finally:
+        if corpus is not None:
+            corpus.restore(start)
 
 
 def engine_arm(cfg: RunConfig, target, proposer, on_step: Callable | None = None) -> Arm:
     """Every prompt of ``cfg`` through our engine, in batches of its batch size. A suffix draft's global
     structure starts every call as it was when the arm was made: a request learns from the requests before
     it in the same call, never from the answers of an earlier round; the arms write no corpus file."""
-    corpus = _learnt(proposer)
-    start = corpus.snapshot() if corpus is not None else None
     cfg = dataclasses.replace(cfg, suffix_corpus=None)
 
     def arm():
-        if corpus is not None:
-            corpus.restore(start)
-        traces = [run(c, target, proposer, on_step=on_step, telemetry=False) for c in cfg.every_prompt()]
+        with forgetting(proposer):
+            traces = [run(c, target, proposer, on_step=on_step, telemetry=False) for c in cfg.every_prompt()]
         return tokens_per_s(traces), traces
     return arm
 
@@ -49,12 +56,9 @@ def engine_arm(cfg: RunConfig, target, proposer, on_step: Callable | None = None
 def warm_up(cfg: RunConfig, target, proposer, max_new_tokens: int = WARM_TOKENS) -> None:
     """One short run of ``cfg``'s first batch, so its shapes are allocated before timing (what a suffix
     draft learns in it is forgotten)."""
-    corpus = _learnt(proposer)
-    start = corpus.snapshot() if corpus is not None else None
-    run(dataclasses.replace(cfg, max_new_tokens=min(max_new_tokens, cfg.max_new_tokens), suffix_corpus=None),
-        target, proposer, telemetry=False)
-    if corpus is not None:
-        corpus.restore(start)
+    with forgetting(proposer):
+        run(dataclasses.replace(cfg, max_new_tokens=min(max_new_tokens, cfg.max_new_tokens), suffix_corpus=None),
+            target, proposer, telemetry=False)
 
 
 def peer_can_run(proposer) -> bool:

@@ -55,3 +55,35 @@ def test_same_rows_compares_output_tokens_row_by_row():
 def test_acceptance_rate_is_undefined_without_drafted_tokens():
     assert acceptance_rate([{"summary": {"drafted": 8, "accepted": 2}}, {"summary": {"drafted": 0, "accepted": 0}}]) == 0.25
     assert math.isnan(acceptance_rate([{"summary": {"drafted": 0, "accepted": 0}}]))  # regular decoding
+
+
+def test_forgetting_restores_a_suffix_corpus_even_when_the_block_raises():
+    from types import SimpleNamespace
+
+    from specviz.engine.suffixindex import Corpus
+    from specviz.measure.bench import forgetting
+
+    corpus = Corpus()
+    corpus.add([1, 2, 3, 4])
+    draft = SimpleNamespace(corpus=corpus)
+    with forgetting(draft):
+        corpus.add([5, 6, 7])
+    assert corpus.snapshot() == [[1, 2, 3, 4]]
+    with pytest.raises(RuntimeError):
+        with forgetting(draft):
+            corpus.add([8, 9])
+            raise RuntimeError("a warm-up failed")
+    assert corpus.snapshot() == [[1, 2, 3, 4]]
+
+
+def test_forgetting_leaves_a_draft_without_a_corpus_alone():
+    from types import SimpleNamespace
+
+    from specviz.measure.bench import forgetting
+
+    draft = SimpleNamespace(name="ngram")
+    with forgetting(draft):
+        pass
+    with forgetting(None):
+        pass
+    assert vars(draft) == {"name": "ngram"}
