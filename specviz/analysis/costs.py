@@ -20,7 +20,10 @@ SYNTHETIC = "synthetic:"  # the name prefix of random-weight models (specviz.mod
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench" / "results"  # where bench/gpu_check.sh's results are kept
 # The record's format: raise it when what a record's numbers mean changes, and every record of an older
 # format is stale (measured again on the pair's next Live run). Records from before the field are format 1.
-FORMAT = 1
+# Format 2: ``overhead`` is the speculative step's work outside every forward, measured directly (format 1:
+# the residual of the whole step after the fitted forwards, which the verify's run-to-run noise swamped), and
+# the record adds the regular step's own overhead and the draft loop's work per draft forward.
+FORMAT = 2
 
 
 @dataclasses.dataclass
@@ -31,26 +34,34 @@ class Calibration:
     dtype: str
     target_cost: CostModel
     draft_cost: CostModel
-    overhead: dict  # batch size -> seconds of engine work per step outside forwards
+    overhead: dict  # batch size -> seconds of a speculative step's engine work outside the forwards
     residuals: dict  # model -> relative residuals of the fit
     samples: dict  # model -> [(b, n, seconds)]
     created: str = ""  # when it was measured (UTC, ISO 8601): a stale calibration misleads every prediction
     other_load: float | None = None  # cores other processes kept busy meanwhile (specviz.measure.hostload)
     cpus: int | None = None  # the machine's cores, for that number's scale
     format: int = 1  # FORMAT when it was written (records from before the field: 1)
+    regular_overhead: dict | None = None  # batch size -> seconds of a regular step outside its forward
+    draft_overhead: dict | None = None  # batch size -> seconds the draft loop adds to each draft forward
 
     def overhead_at(self, b: int) -> float:
-        keys = sorted(int(x) for x in self.overhead)
-        xs = np.array(keys, float)
-        ys = np.array([self.overhead[str(x)] if str(x) in self.overhead else self.overhead[x] for x in keys])
-        return float(np.interp(b, xs, ys))
+        return _interp(self.overhead, b)
 
     def costs(self, b: int) -> Costs:
-        return Costs(target=self.target_cost, draft=self.draft_cost, overhead=self.overhead_at(b))
+        """The cost model at batch size b. The draft's forward is charged as the engine's draft loop runs
+        it (the fitted forward plus the loop's own work per forward: picking the token, feeding it back);
+        a record without those parts (format 1) charges regular steps the speculative step's overhead."""
+        draft = self.draft_cost
+        if self.draft_overhead:
+            draft = dataclasses.replace(draft, t_fixed=draft.t_fixed + _interp(self.draft_overhead, b))
+        regular = _interp(self.regular_overhead, b) if self.regular_overhead else None
+        return Costs(target=self.target_cost, draft=draft, overhead=self.overhead_at(b), regular_overhead=regular)
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
-        d["overhead"] = {str(k): v for k, v in self.overhead.items()}
+        for key in ("overhead", "regular_overhead", "draft_overhead"):
+            if d[key] is not None:
+                d[key] = {str(k): v for k, v in d[key].items()}
         return d
 
     @classmethod
@@ -59,6 +70,13 @@ class Calibration:
         d["target_cost"] = CostModel(**d["target_cost"])
         d["draft_cost"] = CostModel(**d["draft_cost"])
         return cls(**d)
+
+
+def _interp(by_batch: dict, b: int) -> float:
+    """A per-batch-size number at b: linear between the measured sizes, flat beyond them."""
+    keys = sorted(int(x) for x in by_batch)
+    ys = [by_batch[str(x)] if str(x) in by_batch else by_batch[x] for x in keys]
+    return float(np.interp(b, np.array(keys, float), np.array(ys, float)))
 
 
 def calibration_path(target_name: str, draft_name: str, device, dtype) -> Path:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from specviz.analysis.analytic import CostModel, fit_cost_model
-from specviz.analysis.costs import Calibration, calibration_path, load_calibration  # noqa: F401
+from specviz.analysis.costs import FORMAT, Calibration, calibration_path, load_calibration  # noqa: F401
 from specviz.measure.hostload import OtherLoad, load_warning
 from specviz.common import SpecvizError, write_atomic
 from specviz.engine.decoder import _sync
@@ -81,26 +81,45 @@ def _relative(samples, model: CostModel) -> list[float]:
     return [float((t - model(b, n)) / t) for b, n, t in samples]
 
 
-def measure_overhead(target, proposer, batch_sizes, target_cost: CostModel, draft_cost: CostModel,
-                     k: int = 2, prompt: str = "Tell me a long story about a dragon.", points=None) -> dict:
-    """Per-step engine time outside the model forwards, from short real runs (median over steps);
-    with ``points`` (calpartial.Points) each batch size is kept or written as it is measured."""
+OVERHEAD_TOKENS = 32  # tokens per short run that times the engine's overhead (12 gave 5 steps: too noisy a median)
+REPEATS = 5  # timed forwards per grid point (their median): with 3, neighbouring points of a CPU grid differed by 10%
+
+
+def measure_overhead(target, proposer, batch_sizes, draft_cost: CostModel, k: int = 2,
+                     prompt: str = "Tell me a long story about a dragon.", points=None) -> dict:
+    """The engine's own work per step, from short real runs at each batch size, as
+    ``{b: (speculative step, regular step, per draft forward)}`` in seconds (medians over steps):
+
+    - a speculative step's work outside every forward: accepting, rejecting, committing (its accept and
+      bookkeeping phases);
+    - a regular step's work outside its target forward (regular decoding at the same b);
+    - what the draft loop adds to each draft forward: its draft phase over k, less the fitted draft
+      forward (picking the token, feeding it back; for a draft without a model, the whole lookup).
+
+    Each part is timed directly, not taken as the step's residual after the fitted forwards: the verify
+    forward's run-to-run noise (a few ms on a CPU) swamped that residual. With ``points``
+    (calpartial.Points) each batch size is kept or written as it is measured."""
     ids = encode_prompts(target.tokenizer, [prompt])[0]
 
-    def at(b: int) -> float:
-        dec = decoder_for_ids(target, proposer, [ids] * b, k, 12, prompts=[prompt] * b)
-        gaps = []
-        for s in dec.steps():
-            total = s.t_draft + s.t_verify + s.t_accept + s.t_bookkeeping
-            model_time = target_cost(s.batch_size, s.k + 1) + s.k * draft_cost(s.batch_size, 1)
-            gaps.append(total - model_time)
-        return max(0.0, statistics.median(gaps[1:] or gaps))
+    def median_of(dec, part) -> float:
+        values = [part(s) for s in dec.steps()]
+        return max(0.0, statistics.median(values[1:] or values))  # the first step pays for first shapes
 
-    return {b: points.measure("overhead", b, lambda b=b: at(b)) if points else at(b) for b in batch_sizes}
+    def at(b: int) -> list[float]:
+        spec = decoder_for_ids(target, proposer, [ids] * b, k, OVERHEAD_TOKENS, prompts=[prompt] * b)
+        steps = list(spec.steps())
+        rest = [s.t_accept + s.t_bookkeeping for s in steps]
+        per_draft = [(s.t_draft - s.k * draft_cost(s.batch_size, 1)) / s.k for s in steps if s.k > 0]
+        regular = decoder_for_ids(target, None, [ids] * b, 0, OVERHEAD_TOKENS, prompts=[prompt] * b)
+        reg = median_of(regular, lambda s: s.t_draft + s.t_accept + s.t_bookkeeping)
+        middle = lambda xs: max(0.0, statistics.median(xs[1:] or xs)) if xs else 0.0  # noqa: E731
+        return [middle(rest), reg, middle(per_draft)]
+
+    return {b: tuple(points.measure("overhead", b, lambda b=b: at(b)) if points else at(b)) for b in batch_sizes}
 
 
 def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, prefix_len: int = 128,
-              repeats: int = 3, progress=None, note=None) -> Calibration:
+              repeats: int = REPEATS, progress=None, note=None) -> Calibration:
     """Time the grid, fit, write the record. Each point is kept as it is measured (calpartial): on
     Ctrl-C / SIGTERM the KeyboardInterrupt leaves with ``.kept``, one line saying what stays where, and
     the next calibration of the same pair measures only the points left."""
@@ -118,14 +137,16 @@ def calibrate(target, proposer, batch_sizes=(1, 2, 4, 8, 16), k_max: int = 8, pr
                 draft_cost, _ = fit_cost_model(d_samples)
             else:  # n-gram lookup: no model; its Python time lands in the measured overhead
                 d_samples, draft_cost = [], CostModel(0.0, 0.0, 0.0)
-            overhead = measure_overhead(target, proposer, batch_sizes, target_cost, draft_cost, points=points)
+            overhead = measure_overhead(target, proposer, batch_sizes, draft_cost, points=points)
         except KeyboardInterrupt as e:  # specviz.interrupts.Interrupted too: the caller says what was kept
             e.kept = points.kept_line()
             raise
     cal = Calibration(
         target=target.name, draft=draft_name, device=str(target.device),
         dtype=str(target.dtype).removeprefix("torch."), target_cost=target_cost, draft_cost=draft_cost,
-        overhead=overhead, residuals={"target": _relative(t_samples, target_cost),
+        overhead={b: v[0] for b, v in overhead.items()}, regular_overhead={b: v[1] for b, v in overhead.items()},
+        draft_overhead={b: v[2] for b, v in overhead.items()}, format=FORMAT,
+        residuals={"target": _relative(t_samples, target_cost),
                                       "draft": _relative(d_samples, draft_cost) if d_samples else []},
         samples={"target": t_samples, "draft": d_samples},
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), other_load=load.cores, cpus=load.cpus)
@@ -146,9 +167,17 @@ def summary_lines(cal: Calibration, path) -> list[str]:
         if res:
             lines.append(f"{name} fit residuals: median |rel| {statistics.median(abs(r) for r in res):.3f}, "
                          f"max {max(abs(r) for r in res):.3f}")
-    lines.append("engine overhead per step: " + ", ".join(f"B={b}: {v*1e3:.2f} ms" for b, v in cal.overhead.items()))
+    lines.append("engine overhead per speculative step: " + _per_batch(cal.overhead))
+    if cal.regular_overhead:
+        lines.append("engine overhead per regular step: " + _per_batch(cal.regular_overhead))
+    if cal.draft_overhead:
+        lines.append("draft loop's work per draft forward: " + _per_batch(cal.draft_overhead))
     warning = calibration_load_warning(cal)
     return lines + ([f"warning: {warning}"] if warning else []) + [f"written to {path}"]
+
+
+def _per_batch(by_batch: dict) -> str:
+    return ", ".join(f"B={b}: {v * 1e3:.2f} ms" for b, v in by_batch.items())
 
 
 def calibration_load_warning(cal: Calibration) -> str | None:

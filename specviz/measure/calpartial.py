@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Callable
 
-from specviz.analysis.costs import partial_path
+from specviz.analysis.costs import FORMAT, partial_path
 from specviz.common import write_atomic
 
 KINDS = ("target", "draft", "overhead")
@@ -25,7 +25,8 @@ KINDS = ("target", "draft", "overhead")
 
 class Points:
     """The grid of one calibration: ``grid[kind]`` lists its points ((b, n) for the forwards, b for the
-    overhead); ``done[kind]`` maps the measured ones to seconds."""
+    overhead); ``done[kind]`` maps the measured ones to seconds (an overhead point: its three parts,
+    specviz.measure.calibrate.measure_overhead)."""
 
     def __init__(self, target, draft_name: str, grid: dict, prefix_len: int, repeats: int,
                  note: Callable[[str], None] | None = None):
@@ -33,7 +34,8 @@ class Points:
         self.grid = {k: list(grid.get(k, [])) for k in KINDS}
         self.head = {"target": target.name, "draft": draft_name, "device": str(target.device),
                      "dtype": str(target.dtype).removeprefix("torch.")}
-        self.how = {"prefix_len": prefix_len, "repeats": repeats}  # what else makes two points the same measurement
+        # what else makes two points the same measurement (the format: what an overhead point holds)
+        self.how = {"prefix_len": prefix_len, "repeats": repeats, "format": FORMAT}
         self.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.done: dict[str, dict] = {k: {} for k in KINDS}
         self.resumed = self._take_earlier()

@@ -90,7 +90,7 @@ def first_run_calibration(cfg: RunConfig, should_stop: Callable[[], bool] = lamb
             done[0] += 1
             note(f"calibrating: timing point {done[0]} of {total}" if done[0] < total else
                  f"calibrating: {total} timing points done; timing the engine's overhead per step "
-                 f"({len(sizes)} short runs)")
+                 f"({2 * len(sizes)} short runs: speculative and regular at each batch size)")
             if should_stop():
                 raise StopCalibration()
         return tick

@@ -3,6 +3,8 @@ model file of the pair changed after it was measured; records from before the fo
 
 from __future__ import annotations
 
+import pytest
+
 from specviz.analysis.analytic import CostModel
 from specviz.analysis.costs import FORMAT, Calibration, created_epoch, stale_reason
 
@@ -12,7 +14,7 @@ CM = CostModel(t_fixed=0.001, t_mem=0.01, t_token=1e-5)
 def record(**kw) -> Calibration:
     return Calibration(**{"target": "t", "draft": "ngram", "device": "cpu", "dtype": "float32", "target_cost": CM,
                           "draft_cost": CM, "overhead": {"1": 0.0}, "residuals": {}, "samples": {},
-                          "created": "2026-01-01T00:00:00Z", **kw})
+                          "created": "2026-01-01T00:00:00Z", "format": FORMAT, **kw})
 
 
 def test_no_record_is_stale_and_says_so():
@@ -40,8 +42,25 @@ def test_a_record_with_no_date_is_judged_by_its_format_alone():
     assert stale_reason(record(created=""), models_changed=2e9) is None
 
 
-def test_records_from_before_the_format_field_read_as_format_one():
+def test_records_from_before_the_format_field_read_as_format_one_and_are_measured_again():
     d = record().to_json()
     del d["format"]
     old = Calibration.from_json(d)
-    assert old.format == 1 == FORMAT and stale_reason(old) is None
+    assert old.format == 1 and stale_reason(old) == f"its record is format 1, this specviz writes format {FORMAT}"
+
+
+def test_costs_charge_a_draft_forward_as_the_draft_loop_runs_it_and_regular_steps_their_own_overhead():
+    cal = record(overhead={"1": 0.002, "4": 0.004}, regular_overhead={"1": 0.001, "4": 0.003},
+                 draft_overhead={"1": 0.0005, "4": 0.0015})
+    at2 = cal.costs(2)  # between the measured batch sizes: linear
+    assert at2.overhead == pytest.approx(0.002 + 2e-3 / 3)
+    assert at2.regular_overhead == pytest.approx(0.001 + 2e-3 / 3)
+    assert at2.draft(2, 1) == pytest.approx(CM(2, 1) + 0.0005 + 1e-3 / 3)
+    assert at2.target(2, 3) == CM(2, 3)  # the target's forward is the fitted one
+    back = Calibration.from_json(cal.to_json())
+    assert back.costs(2) == at2
+
+
+def test_a_format_one_record_charges_regular_steps_the_speculative_overhead_and_the_bare_draft_forward():
+    old = record(format=1, overhead={"1": 0.002})
+    assert old.costs(1).regular_overhead is None and old.costs(1).draft(1, 1) == CM(1, 1)

@@ -77,6 +77,7 @@ def test_page_shows_k_star_of_the_synthetic_record_next_to_the_small_pair_at_the
     assert any("SYNTHETIC: random weights" in c.value and "0.900" in c.value for c in at.caption)
     table = next(m.value for m in at.markdown if m.value.startswith("| b | k* small pair"))
     for b in (1, 4, 8, 16, 32, 64):
-        k = an.optimal_k(b, 0.9, cal.costs(b), 16)
-        s = an.speedup_batch(b, k, 0.9, cal.target_cost, cal.draft_cost, cal.overhead_at(b))
+        c = cal.costs(b)
+        k = an.optimal_k(b, 0.9, c, 16)
+        s = an.speedup_batch(b, k, 0.9, c.target, c.draft, c.overhead, c.regular_overhead)
         assert f"| {k} | {s:.2f}x |" in next(r for r in table.splitlines() if r.startswith(f"| {b} |"))

@@ -108,6 +108,8 @@ def test_the_same_command_again_measures_only_the_points_left_and_drops_the_part
     assert whole is not None and whole.samples["target"][:2] == rec["samples"]["target"]
     assert [(b, n) for b, n, _ in whole.samples["target"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert set(whole.overhead) == {"1", "2"} and f"written to {calibration_path(*PAIR)}" in out
+    assert set(whole.regular_overhead) == set(whole.draft_overhead) == {"1", "2"}  # each step's parts, per b
+    assert "engine overhead per regular step: B=1: " in out
     assert not _partial(cache).exists() and partial_note(Pair, proposer) == ""  # done: the next one measures afresh
 
 

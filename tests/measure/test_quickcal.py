@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from specviz.analysis.costs import calibration_path, partial_path, read_calibration
+from specviz.analysis.costs import FORMAT, calibration_path, partial_path, read_calibration
 from specviz.common import cache_dir
 from specviz.measure import quickcal
 from specviz.runconfig import RunConfig
@@ -71,7 +71,7 @@ def test_it_calibrates_once_into_the_cache_then_keeps_the_record_until_it_is_sta
     rewrite(path, format=0)
     old = quickcal.first_run_calibration(cfg(), grid=GRID)
     assert old["status"] == "calibrated" and old["why"].startswith("its record is format 0")
-    assert read_calibration(path).format == 1
+    assert read_calibration(path).format == FORMAT
 
 
 @pytest.mark.slow
