@@ -1,9 +1,11 @@
 """Server: attach to any vLLM server (local or a cluster's) and watch its speculative decoding from
-its /metrics, once a second, with the analytic model's prediction beside it. No model loads here."""
+its /metrics, once a second, with the analytic model's prediction beside it and the k it recommends.
+Until something answers at the address the page explains itself and, where vLLM is installed, starts
+one (specviz.app.localvllm). No model loads here."""
 
 import streamlit as st
 
-from specviz.app import servercharts, servermon, state as appstate
+from specviz.app import exposure, localvllm, recommend, servercharts, servermon, state as appstate
 from specviz.common import SpecvizError
 from specviz.peers import metrics
 from specviz.peers.metrics import PER_POSITION
@@ -37,13 +39,26 @@ with st.expander("Costs for the model's prediction", expanded=False):
     e4.number_input("overhead per step (ms)", 0.0, 1e5, key="server_overhead_ms")
 
 
-def costs_at():
+def chosen_calibration():
+    """The calibration file chosen for the costs, or None for the entered roofline."""
     choice = st.session_state["server_costs"]
-    if choice != "entered" and choice in servermon.calibration_files():
-        return servermon.calibrated_costs(servermon.calibration_files()[choice])
+    return servermon.calibration_files().get(choice) if choice != "entered" else None
+
+
+def costs_at():
+    if (path := chosen_calibration()) is not None:
+        return servermon.calibrated_costs(path)
     costs = servermon.entered_costs(st.session_state["server_step_ms"] / 1e3, st.session_state["server_c"],
                                     st.session_state["server_knee"], st.session_state["server_overhead_ms"] / 1e3)
     return lambda b: costs
+
+
+def costs_note() -> str:
+    if chosen_calibration() is not None:
+        return f"the calibration {st.session_state['server_costs']}"
+    return (f"entered: target step {st.session_state['server_step_ms']:g} ms at b = 1, draft cost ratio "
+            f"{st.session_state['server_c']:g}, flat up to {st.session_state['server_knee']} tokens per forward, "
+            f"{st.session_state['server_overhead_ms']:g} ms overhead per step")
 
 
 def fmt(x, spec=".3f"):
@@ -65,6 +80,80 @@ POLL_S = 1.0 if st.session_state["server_poll"] else None
 CHARTS_S = float(st.session_state["server_redraw"]) if st.session_state["server_poll"] else None
 
 
+SERVED = "SmolLM2-135M-Instruct"  # the name `vllm serve --target default` serves the packaged model under
+REQUEST = ("curl -s {base}/v1/completions -H 'Content-Type: application/json' -d '{{\"model\": \"" + SERVED
+           + "\", \"prompt\": \"Count from 1 to 60, one number a line:\", \"max_tokens\": 300}}'")
+
+
+def explanation(url: str) -> None:
+    """Until something answers at ``url``: what the page does, what it needs, and how to get a server."""
+    base = url.removesuffix("/metrics")
+    st.markdown(f"**No vLLM server has answered at {servermon.plain(base, 300)} yet.** This page reads a running vLLM "
+                "server's Prometheus `/metrics` once a second and plots its speculative decoding (acceptance per "
+                "draft position, mean acceptance length, throughput) beside what the analytic model predicts at "
+                "the same α, then recommends a draft length k per batch size. It needs a vLLM server started with a "
+                "speculative config, reachable from here, and requests to decode: its counters move only while it "
+                "works. Nothing is decoded in this app.")
+    port = localvllm.loopback_port(url)
+    command = localvllm.command_text(port or 8000)
+    here, local = port is not None and not exposure.exposed_now(), localvllm.current()
+    if here and localvllm.installed():
+        if local is None or not local.running:  # (a running one: local_server says how it does)
+            st.markdown(f"vLLM is installed here: the button below runs `{command}`, which serves the "
+                        f"packaged model ({SERVED}) with n-gram drafts of k = {localvllm.DRAFT_LENGTH}, listening on "
+                        f"127.0.0.1:{port} only, until you stop it or this app ends.")
+    elif here:
+        st.markdown("vLLM is not installed here (it lives in its own environment, `.venv-vllm`). To install it and "
+                    "start a server on the packaged model, run in a terminal, in the repository (on a CUDA machine "
+                    "setup.sh says which vLLM build to install instead):")
+        st.code(f"{localvllm.INSTALL}\n{command}", language="bash")
+    else:
+        why = ("This app listens beyond this machine, so it starts no server itself. " if exposure.exposed_now()
+               else "")
+        st.markdown(f"{why}On the machine that should serve, start vLLM with a speculative config, e.g. from this "
+                    "repository (after `bash setup.sh --vllm`), or any vLLM with `--speculative-config "
+                    "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4, \"prompt_lookup_max\": 3}'`, "
+                    "then type its address above:")
+        st.code(command, language="bash")
+    st.caption("Then send it requests: its counters move only while it decodes. For example:")
+    st.code(REQUEST.format(base=base), language="bash")
+
+
+def local_server(url: str, answered: bool) -> None:
+    """The server this app starts (specviz.app.localvllm): Start while nothing answers here (or after it
+    ended), then where it is, its last log lines, and Stop."""
+    if exposure.exposed_now():
+        return
+    local, port = localvllm.current(), localvllm.loopback_port(url)
+    if (port is not None and (local is None or not local.running) and (not answered or local is not None)
+            and localvllm.installed()):
+        st.button("Start a local vLLM server" if local is None else "Start the local vLLM server again",
+                  key="server_local_start", type="primary", on_click=localvllm.start, args=(port,))
+    if local is None:
+        return
+    where = f"http://127.0.0.1:{local.port}"
+    if local.running:
+        if local.stopping:
+            st.info(f"Stopping the vLLM server started here ({where}) …")
+        elif local.ready:
+            st.success(f"A vLLM server started here serves {SERVED} at {where} (n-gram drafts, k = "
+                       f"{localvllm.DRAFT_LENGTH}), up {local.seconds():.0f} s.")
+        else:
+            st.info(f"Starting a vLLM server at {where} ({local.seconds():.0f} s so far): specviz converts the packaged "
+                    "model on first use, then vLLM loads it; the page attaches by itself once it answers.")
+        if not local.stopping:
+            st.button("Stop the local vLLM server", key="server_local_stop", on_click=local.stop)
+    elif local.stopping:
+        st.caption(f"The vLLM server started here ({where}) was stopped.")
+        return
+    else:
+        st.error(f"The vLLM server started here exited (code {local.exit_code}); "
+                 "its last lines are below. Fix what they say, or run the command in a terminal to see it all.")
+    if tail := local.log_tail():
+        with st.expander("its log (last lines)", expanded=not local.ready):
+            st.code("\n".join(tail), language="text")
+
+
 # Scraping and the numbers: every second. The charts redraw on their own, slower clock (a browser on a
 # busy machine took longer than a second to re-draw six plots, which then blinked); they show every scrape.
 @st.fragment(run_every=POLL_S)
@@ -76,10 +165,16 @@ def poll_panel():
         return
     watch = servermon.watch_for(st.session_state, url)
     servermon.poll(watch)
-    if watch.error:
-        st.error(watch.error)
+    answered = servermon.answered_before(st.session_state, watch)
+    if watch.error and answered:
+        st.warning(servermon.stopped_message(watch))
+    elif watch.error and not (servermon.unreachable(watch) and url == metrics.metrics_url(servermon.DEFAULT_URL)):
+        st.error(watch.error)  # an address typed, or one where something else answers: what failed, in one line
     if watch.restarted:
         st.warning("the server's counters went down: it restarted, so the history starts again")
+    if not answered:
+        explanation(url)
+    local_server(url, answered)
     if not watch.scrapes:
         return
     last = watch.scrapes[-1]
@@ -152,5 +247,35 @@ def charts_panel():
         p2.caption(f"no {PER_POSITION} on this server: per-position acceptance not shown")
 
 
+@st.fragment(run_every=CHARTS_S)
+def recommend_panel():
+    """`specviz tune`'s answer from the counters since attached, the costs chosen above and the batch sizes run."""
+    got = attached()
+    if got is None:
+        return
+    url, watch, total = got
+    st.subheader("Recommend")
+    d1, d2 = st.columns(2)
+    kind = d1.selectbox("the server's draft", list(servermon.DRAFT_KINDS), key="server_rec_draft",
+                        format_func=servermon.DRAFT_KINDS.get, help="/metrics does not say: the settings name it")
+    model = d2.text_input("draft model", key="server_rec_model", placeholder="hub id or folder",
+                          disabled=kind != "model")
+    try:
+        inputs = servermon.tune_inputs(total, watch.scrapes, url, costs_at(), costs_note(),
+                                       servermon.server_draft(kind, model), watch.version)
+    except SpecvizError as e:
+        st.caption(f"No recommendation: {servermon.plain(e, 300)}")
+        return
+    if inputs is None:
+        st.caption("No recommendation yet: the server drafted nothing since attached; send it requests "
+                   "(it reads the acceptance per position of its drafts)" if total.has_spec else
+                   "No recommendation without speculative decoding: start the server with a speculative config.")
+        return
+    st.caption(f"From the server's drafts since attached, at the batch sizes it ran (its running requests); a single "
+               f"k is for batch {inputs.serve_batch}, its median.")
+    recommend.panel(inputs, "server_rec", chosen_calibration() is not None)
+
+
 poll_panel()
 charts_panel()
+recommend_panel()

@@ -9,13 +9,10 @@ import streamlit as st
 from specviz.analysis import analytic as an
 from specviz.analysis.costs import synthetic_calibrations, trace_calibration
 from specviz.analysis.explain import batch_gain_reason, measured_speedup
-from specviz.app import modelcharts, runlabel, state as appstate, tokentext
+from specviz.app import modelcharts, recommend, runlabel, state as appstate, tokentext
 from specviz.app.safetext import md_escape
-from specviz.analysis.engineconfig import ENGINES
 from specviz.common import SpecvizError
 from specviz.peers import tune
-
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp", "transformers": "transformers"}
 
 appstate.init_state()
 st.title("Speedup model")
@@ -149,29 +146,7 @@ else:
     inputs = tune.Inputs(**{name: parts[name] for name in ("acceptance", "counts", "steps", "draft", "serve_batch",
                                                   "tree_bounds", "source")}, costs_at=costs_at, costs_note=note,
                          unit="tokens/s" if cal is not None else "tokens per target step")
-    r1, r2 = st.columns(2)
-    engine = r1.selectbox("engine", ENGINES, key="sp_rec_engine", format_func=ENGINE_NAMES.get)
-    inputs.vllm_version = r2.text_input("vLLM version", key="sp_rec_vllm", placeholder="0.32.0",
-                                        help="from 0.24.0 on the settings carry a per-batch-size schedule") or None
-    ans = tune.answer(inputs, engine)
-    st.dataframe([{"batch size": x["batch_size"], "k": "off" if x["off"] else str(x["k"]),
-                   f"goodput ({inputs.unit})": round(x["goodput"], 2),
-                   "90% interval": "-" if not x["interval"] else f"{x['interval'][0]:.2f} – {x['interval'][1]:.2f}",
-                   runlabel.prediction_label("speedup", cal is not None): f"{x['speedup']:.2f}x", "P(k best)": x["p_best"]} for x in ans["recommendations"]],
-                 hide_index=True)
-    s = ans["statistics"] or {}
-    st.caption(f"From {s.get('rounds', 0)} rounds; costs: {md_escape(note)}. Acceptance per position "
-               + " ".join(f"{p:.2f}" for p in s.get("acceptance_per_position", [])) + "; zero-accept rounds "
-               + (f"{s['zero_accept_rate']:.0%}" if s.get("zero_accept_rate") is not None else "–")
-               + ", drafted tokens wasted "
-               + (f"{s['wasted_draft_share']:.0%}" if s.get("wasted_draft_share") is not None else "–") + ". "
-               + (f"Speculation off at batch size {', '.join(map(str, ans['off_at']))}. " if ans["off_at"] else "")
-               + (f"Oracle bound (best k per step in hindsight): {ans['oracle']['oracle']:.2f} vs the best fixed "
-                  f"k = {ans['oracle']['best_fixed_k']}: {ans['oracle']['best_fixed']:.2f}." if ans["oracle"] else ""))
-    settings = ans["settings"]
-    if settings["text"]:
-        st.code(settings["text"], language="json" if settings["text"].startswith("{") else "bash")
-    st.caption(md_escape(settings["explanation"]))
+    recommend.panel(inputs, "sp_rec", cal is not None)
 
 # k*(b) at a BASS-like scale: a random-weight 7B-shaped target's measured costs (bench/gpu_check.sh on a
 # GPU, or bench/gpu_synthetic.py calibrate), with this page's α, next to the pair above

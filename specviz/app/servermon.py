@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from pathlib import Path
 from typing import Callable
 
 from specviz.analysis import analytic as an
 from specviz.analysis.costs import read_calibration
+from specviz.analysis.engineconfig import Draft, draft_of
 from specviz.app import exposure
 from specviz.common import SpecvizError, cache_dir
-from specviz.peers import metrics
+from specviz.peers import metrics, tune
 
 DEFAULT_URL = "http://127.0.0.1:8000"  # where `python -m specviz vllm serve` listens unless told otherwise
 HISTORY = 900  # scrapes kept per watch: 15 minutes at one a second
+ANSWERED_KEY = "server_answered"  # session key: the /metrics addresses that answered at least once
+UNREACHABLE = "cannot reach"  # how specviz.peers.fetch's error starts when nothing listens at the address
 K_MAX = 16
 
 
@@ -74,6 +78,31 @@ def watch_for(state, url: str, key: str = "server_watch") -> Watch:
     if w is None or w.url != url:
         w = state[key] = Watch(url=url)
     return w
+
+
+def answered_before(state, watch: Watch) -> bool:
+    """Whether a scrape of ``watch.url`` ever succeeded in this session (under this Watch or an earlier one)."""
+    answered = state.setdefault(ANSWERED_KEY, set())
+    if watch.scrapes:
+        answered.add(watch.url)
+    return watch.url in answered
+
+
+def unreachable(watch: Watch) -> bool:
+    """The last poll found nothing listening (refused, no route, no such host), not a wrong answer."""
+    return bool(watch.error) and watch.error.startswith(UNREACHABLE)
+
+
+def stopped_message(watch: Watch, now: float | None = None) -> str:
+    """What to say when an address that answered before fails now (Markdown: the error is escaped)."""
+    since = ""
+    if watch.scrapes:
+        since = f" {max(0.0, (time.monotonic() if now is None else now) - watch.scrapes[-1].t):.0f} s ago"
+    what = ("stopped answering: the server stopped, restarted elsewhere or its port closed"
+            if unreachable(watch) else "answered before and fails now")
+    return (f"The server at {plain(watch.url, 300)} {what} (last answered{since or ' earlier in this session'}): "
+            f"{plain(watch.error, 300)}. The numbers and charts below are from before; start it again (or fix the "
+            "address) and the page carries on by itself.")
 
 
 # ---- scrapes -> time series ---------------------------------------------------------------------------
@@ -155,3 +184,30 @@ def prediction(d: metrics.Delta | None, costs_at: Callable[[int], an.Costs], bat
                      "suggested k*(b)": best, "predicted speedup at k*": speed(best)})
     return {"alpha": alpha, "k": k, "expected_length": an.expected_tokens_per_step(alpha, k),
             "per_position": [alpha ** (j + 1) for j in range(k)], "rows": rows}
+
+
+# ---- the recommendation from the counters since attached -----------------------------------------------
+
+DRAFT_KINDS = {"ngram": "n-grams (prompt lookup)", "suffix": "suffix decoding", "model": "a draft model"}
+
+
+def server_draft(kind: str, model: str = "") -> Draft:
+    """The draft the settings name: /metrics does not say which the server runs, so the page asks."""
+    if kind == "model":
+        return Draft("model", model.strip() or "DRAFT_MODEL")
+    return draft_of(kind if kind in ("ngram", "suffix") else "ngram")
+
+
+def tune_inputs(total: metrics.Delta, scrapes: list, url: str, costs_at: Callable[[int], an.Costs], costs_note: str,
+                draft: Draft, version: str | None = None) -> tune.Inputs | None:
+    """``specviz tune``'s inputs from a server's counters since attached: acceptance per position, the costs
+    chosen on the page, the batch sizes it ran and its median running requests for a single-k setting. None
+    while nothing was drafted (or the server does not speculate)."""
+    if not total.has_spec or not total.drafts:
+        return None
+    acc, counts = tune.vllm_acceptance(total)
+    served = tune.median_batch([s.gauges.get("running") for s in scrapes]) or 1
+    return tune.Inputs(acceptance=acc, counts=counts, costs_at=costs_at, costs_note=costs_note, draft=draft,
+                       batch_sizes=observed_batch_sizes(scrapes) or [1], serve_batch=served, vllm_version=version,
+                       source={"kind": "vllm", "where": url, "drafts": total.drafts, "k": total.k,
+                               "median_running": served}, notes=total.notes())

@@ -14,14 +14,15 @@ import statistics
 from typing import Callable
 
 from specviz.analysis import treestats
-from specviz.analysis.acceptstats import (PositionCounts, acceptance_per_position, counts_of, field_statistics,
-                                          first_rank_rounds, position_counts)
+from specviz.analysis.acceptstats import (PositionCounts, acceptance_per_position, counts_from_vllm, counts_of,
+                                          field_statistics, first_rank_rounds, position_counts)
 from specviz.analysis.analytic import Costs
 from specviz.analysis.engineconfig import Draft, Plan, batch_ranges, draft_of, settings_for
 from specviz.analysis.oracle import oracle_bound
 from specviz.analysis.tune import Acceptance, Choice, k_by_batch, k_limit, recommend, recommend_k, shortest_worth
 from specviz.common import SpecvizError
 from specviz.engine import treepolicy
+from specviz.peers import metrics
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -89,6 +90,18 @@ def trace_parts(trace: dict, where: str = "") -> dict:
             "tree_bounds": (int(cfg.get("tree_width", 1) or 1), int(cfg.get("tree_nodes", 16) or 16)),
             "source": {"kind": "trace", "where": where, "pair": f"{cfg.get('target_name', cfg.get('target'))} + "
                                                                 f"{cfg.get('draft_name', cfg.get('draft'))}"}}
+
+
+def vllm_acceptance(d: metrics.Delta) -> tuple[Acceptance, PositionCounts | None]:
+    """What a vLLM server's counters over a window (a Delta that drafted) give an answer: acceptance per position
+    from its per-position counters, else (an older vLLM) one alpha fitted to its mean accepted count, without an
+    interval. SpecvizError when there is no alpha to read (nothing drafted, or no accepted-tokens counter)."""
+    if d.accepted_per_position is not None and d.drafts:
+        counts = counts_from_vllm(d.drafts, d.accepted_per_position)
+        return Acceptance.from_counts(counts), counts
+    if d.alpha is None:
+        raise SpecvizError("the server reports no accepted draft tokens in this window: no acceptance to recommend from")
+    return Acceptance.from_alpha(min(1.0, max(0.0, d.alpha))), None
 
 
 def _choice_json(c: Choice) -> dict:

@@ -11,7 +11,6 @@ import statistics
 import time
 from pathlib import Path
 
-from specviz.analysis.acceptstats import counts_from_vllm
 from specviz.analysis.costs import Calibration, read_calibration, trace_calibration
 from specviz.analysis.engineconfig import draft_of
 from specviz.analysis.trace import load_json
@@ -19,7 +18,7 @@ from specviz.analysis.tune import Acceptance, roofline_costs
 from specviz.bounds import int_list
 from specviz.common import MissingResource, SpecvizError
 from specviz.peers import metrics
-from specviz.peers.tune import Inputs, answer, median_batch, render, trace_parts
+from specviz.peers.tune import Inputs, answer, median_batch, render, trace_parts, vllm_acceptance
 
 SAMPLE_S = 1.0  # how often the window reads the running-requests gauge
 NO_COSTS = ("no costs for this pair: give --calibration FILE (from `specviz calibrate`, on this machine or another), "
@@ -90,11 +89,7 @@ def from_metrics(a, notes: list[str]) -> dict:
         raise SpecvizError(f"the server drafted nothing in the {a.window:g} s window: send it requests meanwhile, or "
                            "give a longer --window")
     notes += d.notes()
-    if d.accepted_per_position is not None:
-        counts = counts_from_vllm(d.drafts, d.accepted_per_position)
-        acc = Acceptance.from_counts(counts)
-    else:
-        counts, acc = None, Acceptance.from_alpha(d.alpha)
+    acc, counts = vllm_acceptance(d)
     if not a.draft:
         notes.append("/metrics does not name the draft method: the settings assume ngram (give --draft)")
     served = median_batch(running)

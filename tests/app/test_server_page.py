@@ -30,13 +30,27 @@ def no_model(monkeypatch):
     return calls
 
 
-def server_page(url: str) -> AppTest:
+def server_page(url: str, **state) -> AppTest:
+    """The Server page at ``url``, run once; ``state``: other session keys set before (e.g. the costs)."""
     at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=60)
     at.session_state["server_url"] = url
     at.session_state["server_poll"] = False  # the test polls by running the page
+    for key, value in state.items():
+        at.session_state[key] = value
     at.switch_page("pages/server.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def attached_page(before: str, after: str, **state) -> AppTest:
+    """The page attached to a server that served ``before``, then ``after``; the server is gone on return."""
+    with MetricsServer() as srv:
+        srv.metrics(before)
+        at = server_page(srv.url, **state)
+        srv.metrics(after)
+        at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
     return at
 
 
