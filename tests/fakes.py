@@ -69,12 +69,13 @@ class ScriptedDraft:
 
     kind = "scripted"
     name = "scripted"
+    wants_features = False
 
     def __init__(self, prompts, reference, behaviour, vocab):
         self.rows = list(range(len(prompts)))
         self.prompts, self.reference, self.behaviour, self.vocab = prompts, reference, behaviour, vocab
 
-    def start(self, contexts):
+    def start(self, contexts, features=None):
         pass
 
     def propose(self, contexts, k, params, u):
@@ -90,12 +91,12 @@ class ScriptedDraft:
             tokens[b] = torch.tensor(prop)
         return Proposal(tokens, torch.full((B,), k, dtype=torch.long), None)
 
-    def commit(self, num_accepted, emitted):
+    def commit(self, num_accepted, emitted, features=None):
         pass
 
     def select_rows(self, rows):
         self.rows = [self.rows[i] for i in rows.tolist()]
 
-    def add_rows(self, contexts):
+    def add_rows(self, contexts, features=None):
         """Joining requests, told apart by their prompts (a joining row's context is its prompt)."""
         self.rows = self.rows + [next(i for i, p in enumerate(self.prompts) if list(p) == list(c)) for c in contexts]

@@ -97,7 +97,5 @@ class ChainStep:
                            [1 + a for a in num_accepted])
 
     def commit(self, dec, d: ChainDrafts, v: StepVerdict) -> None:
-        if dec.wants_features:
-            dec.proposer.commit(v.num_accepted, v.emitted, features=dec.verify_hidden)
-        elif dec.proposer is not None:
-            dec.proposer.commit(v.num_accepted, v.emitted)
+        if dec.proposer is not None:
+            dec.proposer.commit(v.num_accepted, v.emitted, features=dec.draft_features(dec.verify_hidden))

@@ -175,12 +175,14 @@ class SpecDecoder:
         self.kv = self._prefill_cache(rows)
         self.prefill_hidden, self.prefill_valid = self._hidden
         if self.proposer is not None:
-            if self.wants_features:
-                self.proposer.start([r.context for r in rows], features=self._hidden)
-            else:
-                self.proposer.start([r.context for r in rows])
+            self.proposer.start([r.context for r in rows], features=self.draft_features(self._hidden))
         _sync(self.device)
         self.prefill_s = time.perf_counter() - t
+
+    def draft_features(self, hidden):
+        """What the proposer gets as ``features``: the target's hidden states for a draft that reads them
+        (specviz.engine.proposers.Proposer.wants_features), None for every other draft."""
+        return hidden if self.wants_features else None
 
     def _take(self, rows: list[RowState], step: int, t: float) -> None:
         used = {r.slot for r in self.active}
@@ -211,10 +213,7 @@ class SpecDecoder:
         self.kv.extend(self._prefill_cache(rows))
         if self.proposer is not None:
             contexts = [r.context for r in rows]
-            if self.wants_features:
-                self.proposer.add_rows(contexts, features=self._hidden)
-            else:
-                self.proposer.add_rows(contexts)
+            self.proposer.add_rows(contexts, features=self.draft_features(self._hidden))
         _sync(self.device)
         self.join_prefill_s += time.perf_counter() - t
         return [r.index for r in rows]

@@ -135,6 +135,7 @@ class HybridDraft:
     """``MODEL+suffix``: per row and step, the suffix draft or the model draft (the module docstring)."""
 
     kind = "hybrid"
+    wants_features = False  # a feature draft is refused as the model side
 
     def __init__(self, model, suffix, merge: bool = False):
         if getattr(model, "wants_features", False):
@@ -166,13 +167,13 @@ class HybridDraft:
 
     # ---- rows --------------------------------------------------------------------------------
 
-    def start(self, contexts: list[list[int]]) -> None:
+    def start(self, contexts: list[list[int]], features=None) -> None:
         self.model.start(contexts)
         self.suffix.start(contexts)
         self.rows, self.pooled = [Acceptance() for _ in contexts], Acceptance()
         self.suffix_score = self.suffix_accepted = 0.0
 
-    def add_rows(self, contexts: list[list[int]]) -> None:
+    def add_rows(self, contexts: list[list[int]], features=None) -> None:
         self.model.add_rows(contexts)
         self.suffix.add_rows(contexts)
         self.rows += [Acceptance() for _ in contexts]
@@ -231,7 +232,7 @@ class HybridDraft:
         counts = [c if s else mn for s, c, mn in zip(self.use_suffix, sfx.counts, self._model_n)]
         return Proposal(tokens, n, probs, widest=max(counts, default=0), counts=counts)
 
-    def commit(self, num_accepted: list[int], emitted: list[list[int]]) -> None:
+    def commit(self, num_accepted: list[int], emitted: list[list[int]], features=None) -> None:
         self.suffix.commit(num_accepted, emitted)
         self._observe(num_accepted)
         if self.ran:  # a suffix row keeps none of the model's fed tokens (they were not its proposals)
@@ -258,7 +259,8 @@ class HybridDraft:
             rows = [_suffix_row(d) if s else m for s, m, d in zip(self.use_suffix, model_rows, self.suffix.last)]
         return tree_of(rows, self.device)
 
-    def commit_tree(self, paths: list[list[int]], emitted: list[list[int]], fed_slots: list[list[int]]) -> None:
+    def commit_tree(self, paths: list[list[int]], emitted: list[list[int]], fed_slots: list[list[int]],
+                    features=None) -> None:
         self.suffix.commit_tree(paths, emitted, fed_slots)
         self._observe([len(p) for p in paths])
         if self.ran:  # a suffix row's nodes have no fed slot: the model keeps none of its tree and queues it all

@@ -1,19 +1,24 @@
-"""Draft proposers: a small interface, a draft model, and prompt-lookup n-grams.
+"""Draft proposers: the one interface every draft implements (:class:`Proposer`), a draft model, a
+feature draft, and prompt-lookup n-grams (the suffix draft and the hybrid live in their own modules).
 
 A proposer keeps whatever per-row state it needs and follows the engine's rows:
-  start(contexts)                      the prompts (token ids) of the batch
-  propose(contexts, k, params, u)      -> Proposal for every active row
-  commit(num_accepted, emitted)        roll back what was rejected, remember what was emitted
+  start(contexts, features)            the prompts (token ids) of the batch
+  propose(contexts, k, params, u)      -> Proposal for every active row (a chain step)
+  propose_tree(contexts, k, width, nodes, params) -> TokenTree for every active row (a tree step)
+  commit(num_accepted, emitted, features)          roll back what was rejected, remember what was emitted
+  commit_tree(paths, emitted, fed_slots, features) the same after a tree step
   select_rows(rows)                    rows that finished leave the batch
-  add_rows(contexts)                   requests that join a running batch (their prompts), appended
+  add_rows(contexts, features)         requests that join a running batch (their prompts), appended
                                        after the current rows (between steps, after commit)
-``contexts[i]`` is row i's full token list (prompt + generated so far).
+``contexts[i]`` is row i's full token list (prompt + generated so far). ``features`` are the target's
+hidden states for a draft that reads them (``wants_features``), None for every other draft.
 """
 
 from __future__ import annotations
 
 import array
 import dataclasses
+from typing import ClassVar, Protocol, runtime_checkable
 
 import torch
 
@@ -34,6 +39,31 @@ class Proposal:
     counts: list[int] | None = None  # every n_b when known on the host and ragged (the verify skips holes), else None
 
 
+@runtime_checkable
+class Proposer(Protocol):
+    """What the engine calls on a draft (specviz.engine.chainstep, treestep and decoder), the same for every
+    kind: the engine passes ``features`` to every draft, None unless the draft ``wants_features``."""
+
+    kind: ClassVar[str]  # "model", "feature", "ngram", "suffix", "hybrid"
+    name: str  # what traces and pages call it
+    wants_features: ClassVar[bool]  # the target's hidden states at start, add_rows and commit
+
+    def start(self, contexts: list[list[int]], features=None) -> None: ...
+
+    def add_rows(self, contexts: list[list[int]], features=None) -> None: ...
+
+    def propose(self, contexts: list[list[int]], k: int, params: SamplingParams, u: torch.Tensor) -> Proposal: ...
+
+    def propose_tree(self, contexts: list[list[int]], k: int, width: int, nodes: int, params: SamplingParams): ...
+
+    def commit(self, num_accepted: list[int], emitted: list[list[int]], features=None) -> None: ...
+
+    def commit_tree(self, paths: list[list[int]], emitted: list[list[int]], fed_slots: list[list[int]],
+                    features=None) -> None: ...
+
+    def select_rows(self, rows: torch.Tensor) -> None: ...
+
+
 class ModelDraft:
     """A separate (smaller) causal LM sharing the target's tokenizer.
 
@@ -43,6 +73,7 @@ class ModelDraft:
     """
 
     kind = "model"
+    wants_features = False
 
     def __init__(self, loaded, vocab_size: int | None = None, compact_threshold: float = 0.25,
                  stop_below: float = 0.0, options: ForwardOptions | None = None):
@@ -58,7 +89,7 @@ class ModelDraft:
         self.compact_threshold = compact_threshold
         self.name = loaded.name
 
-    def start(self, contexts: list[list[int]]) -> None:
+    def start(self, contexts: list[list[int]], features=None) -> None:
         self.kv = self._prefilled(contexts)
         self.pending = [[c[-1]] for c in contexts]
         self._fed = 0
@@ -73,7 +104,7 @@ class ModelDraft:
             kv.empty_rows(len(contexts))
         return kv
 
-    def add_rows(self, contexts: list[list[int]]) -> None:
+    def add_rows(self, contexts: list[list[int]], features=None) -> None:
         """Joining requests: their prompts prefilled on their own, appended to the draft cache."""
         self.kv.extend(self._prefilled(contexts))
         self.pending = self.pending + [[c[-1]] for c in contexts]
@@ -139,7 +170,7 @@ class ModelDraft:
         self._proposed = m
         return Proposal(tokens, n, torch.stack(probs, dim=1) if probs else None, widest=None if ragged else k)
 
-    def commit(self, num_accepted: list[int], emitted: list[list[int]]) -> None:
+    def commit(self, num_accepted: list[int], emitted: list[list[int]], features=None) -> None:
         fed = self._fed
         if fed:  # the last ``fed`` slots, valid in every row: a prefix of min(accepted, fed) stays
             acc = host_tensor(num_accepted, self.device)  # [B]
@@ -175,7 +206,8 @@ class ModelDraft:
         """Every row's EAGLE-2 tree: depth <= k, top-``width`` children, ``nodes`` kept (a TokenTree)."""
         return treedraft.propose_tree(self, k, width, nodes)
 
-    def commit_tree(self, paths: list[list[int]], emitted: list[list[int]], fed_slots: list[list[int]]) -> None:
+    def commit_tree(self, paths: list[list[int]], emitted: list[list[int]], fed_slots: list[list[int]],
+                    features=None) -> None:
         treedraft.commit_tree(self, paths, emitted, fed_slots)
 
 
@@ -307,12 +339,13 @@ class NgramDraft:
 
     kind = "ngram"
     name = "ngram"
+    wants_features = False
 
     def __init__(self, max_ngram: int = 3, device="cpu"):
         self.max_ngram = max_ngram
         self.device = torch.device(device)
 
-    def start(self, contexts) -> None:
+    def start(self, contexts, features=None) -> None:
         pass
 
     def _lookup(self, ctx: list[int], k: int) -> list[int]:
@@ -341,18 +374,18 @@ class NgramDraft:
         return Proposal(to_device(tokens, self.device), host_tensor(n, self.device), None, widest=max(n, default=0),
                         counts=n)
 
-    def commit(self, num_accepted, emitted) -> None:
+    def commit(self, num_accepted, emitted, features=None) -> None:
         pass
 
     def select_rows(self, rows) -> None:
         pass
 
-    def add_rows(self, contexts) -> None:
+    def add_rows(self, contexts, features=None) -> None:
         pass
 
     def propose_tree(self, contexts, k: int, width: int, nodes: int, params: SamplingParams):
         """Several matches merged into a tree (treedraft.ngram_tree)."""
         return treedraft.ngram_tree(contexts, k, width, nodes, self.max_ngram, self.device)
 
-    def commit_tree(self, paths, emitted, fed_slots) -> None:
+    def commit_tree(self, paths, emitted, fed_slots, features=None) -> None:
         pass

@@ -112,6 +112,7 @@ class SuffixDraft:
 
     kind = "suffix"
     name = "suffix"
+    wants_features = False
 
     def __init__(self, device="cpu", corpus: Corpus | None = None, factor: float = FACTOR, min_prob: float = 0.1,
                  max_match: int = 32, max_found: int = 64):
@@ -125,11 +126,11 @@ class SuffixDraft:
 
     # ---- rows --------------------------------------------------------------------------------
 
-    def start(self, contexts: list[list[int]]) -> None:
+    def start(self, contexts: list[list[int]], features=None) -> None:
         self.rows, self.prompt_lens = [], []
         self.add_rows(contexts)
 
-    def add_rows(self, contexts: list[list[int]]) -> None:
+    def add_rows(self, contexts: list[list[int]], features=None) -> None:
         for ctx in contexts:
             occ = Occurrences()
             occ.extend(0, ctx)
@@ -140,10 +141,10 @@ class SuffixDraft:
         for occ, e in zip(self.rows, emitted):
             occ.extend(0, e)
 
-    def commit(self, num_accepted, emitted: list[list[int]]) -> None:
+    def commit(self, num_accepted, emitted: list[list[int]], features=None) -> None:
         self._grow_rows(emitted)
 
-    def commit_tree(self, paths, emitted: list[list[int]], fed_slots) -> None:
+    def commit_tree(self, paths, emitted: list[list[int]], fed_slots, features=None) -> None:
         self._grow_rows(emitted)
 
     def select_rows(self, rows: torch.Tensor) -> None:

@@ -135,8 +135,8 @@ class TreeStep:
                            [2 + p[-1] if p else 1 for p in d.paths], trees if drafted else None)
 
     def commit(self, dec, d: TreeDrafts, v: StepVerdict) -> None:
-        feats = {"features": dec.verify_hidden} if dec.wants_features else {}  # a feature draft's true features
+        features = dec.draft_features(dec.verify_hidden)  # a feature draft's true features
         if v.trees is not None:
-            dec.proposer.commit_tree(d.paths, v.emitted, d.fed_slots, **feats)
+            dec.proposer.commit_tree(d.paths, v.emitted, d.fed_slots, features=features)
         else:
-            dec.proposer.commit(v.num_accepted, v.emitted, **feats)
+            dec.proposer.commit(v.num_accepted, v.emitted, features=features)

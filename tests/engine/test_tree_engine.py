@@ -54,7 +54,7 @@ class ScriptedTree(ScriptedDraft):
             rows.append(out[:nodes])
         return TokenTree.from_rows(rows)
 
-    def commit_tree(self, paths, emitted, fed_slots):
+    def commit_tree(self, paths, emitted, fed_slots, features=None):
         self.commits.append(paths)
 
 
