@@ -3,7 +3,8 @@
 For each setting (static batches of B = 1, 4, 16, and a queue of 32 requests through 8 slots), on
 chat prompts with the default pair:
 
-  1. a probe run at k = --probe-k gives the acceptance per position (the trace `tune --trace` reads);
+  1. probe runs at k = --probe-k over every prompt give the acceptance per position (what `tune --trace`
+     reads from a trace);
   2. tune's recommendation at that batch size, from those counts and the pair's calibration
      (specviz.analysis.tune.recommend_k, the function `specviz tune` prints);
   3. every fixed k in --ks (k = 0 is regular decoding) runs interleaved in one process
@@ -46,8 +47,10 @@ DEFAULT_K = RunConfig.__dataclass_fields__["draft_length"].default  # the projec
 
 def measure(cfg: RunConfig, target, proposer, ks: list[int], rounds: int, probe_k: int, cal) -> dict:
     b = cfg.batch_size
-    probe = run(dataclasses.replace(cfg, draft_length=probe_k), target, proposer, telemetry=False)
-    acc = trace_parts(probe, "the probe run")["acceptance"]
+    # the probe sees the arms' workload: every prompt once (RunConfig.every_prompt), its steps pooled
+    probes = [run(c, target, proposer, telemetry=False)
+              for c in dataclasses.replace(cfg, draft_length=probe_k).every_prompt()]
+    acc = trace_parts({**probes[0], "steps": [s for t in probes for s in t["steps"]]}, "the probe runs")["acceptance"]
     choice = recommend_k(acc, cal.costs(b), b)
     ks = sorted(set(ks) | {choice.k, DEFAULT_K})
     cfgs = {k: dataclasses.replace(cfg, draft_length=k, mode="regular" if k == 0 else "speculative") for k in ks}
