@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from specviz.analysis.acceptance import acceptance_rate  # noqa: E402
 from specviz.engine.sampling import SamplingParams, Verdict, accept_reference, draft_q_at, final_distribution, sample_inverse_cdf  # noqa: E402
 
 VOCABS = (32000, 50257, 128256, 256000)
@@ -97,8 +98,9 @@ def bench_one(V, B, k, dtype, mode, do_bench):
         fns["sigmoid"] = lambda: accept_triton(*args, approx_sigmoid=True)
     ref, got = accept_reference(*args), accept_triton(*args)  # also warms up / compiles
     agree = (ref.num_accepted == got.num_accepted).float().mean().item()
-    acc = ref.num_accepted.float().mean().item() / k
-    acc_sig = accept_triton(*args, approx_sigmoid=True).num_accepted.float().mean().item() / k if "sigmoid" in fns else None
+    acc = acceptance_rate(ref.num_accepted.float().mean().item(), k)
+    acc_sig = acceptance_rate(accept_triton(*args, approx_sigmoid=True).num_accepted.float().mean().item(), k) \
+        if "sigmoid" in fns else None
     us = {name: 1e3 * do_bench(fn, warmup=10, rep=40, return_mode="median") for name, fn in fns.items()}
     nbytes = logits.numel() * logits.element_size() + (q.numel() * q.element_size() if q is not None else 0)
     del logits, q, args

@@ -29,7 +29,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from specviz.analysis import steady  # noqa: E402
-from specviz.analysis.analytic import positions_tried  # noqa: E402
+from specviz.analysis import acceptance  # noqa: E402
 from specviz.analysis.costs import load_calibration  # noqa: E402
 from specviz.measure.bench import engine_arm, interleaved, warm_up  # noqa: E402
 from specviz.prompts.sets import CHAT  # noqa: E402
@@ -40,14 +40,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def request_alphas(trace: dict) -> list[float]:
-    """Per request: accepted / positions tried over its row-steps (the model's i.i.d. alpha)."""
+    """Per request: alpha (acceptance.alpha: accepted / positions tried) over its row-steps that drafted."""
     acc, tried = {}, {}
     for s in trace["steps"]:
         for r in s["rows"]:
             if r["active"] and r["drafted"]:
                 acc[r["index"]] = acc.get(r["index"], 0) + r["accepted"]
-                tried[r["index"]] = tried.get(r["index"], 0) + positions_tried(r["drafted"], r["accepted"])
-    return [acc.get(i, 0) / tried[i] if tried.get(i) else 0.0 for i in range(len(trace["sequences"]))]
+                tried[r["index"]] = tried.get(r["index"], 0) + acceptance.positions_tried(r["drafted"], r["accepted"])
+    return [acceptance.alpha(acc.get(i, 0), tried.get(i, 0), empty=0.0) for i in range(len(trace["sequences"]))]
 
 
 def predict(trace: dict, costs, slots: int, k: int, static: bool, draft_prefills: bool) -> float:

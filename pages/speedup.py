@@ -96,7 +96,8 @@ def speedup(bb: int, kk: int) -> float:
 
 
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("E output tokens / step", f"{an.expected_tokens_per_step(alpha, k):.2f}")
+m1.metric("mean acceptance length E(α, k)", f"{an.expected_tokens_per_step(alpha, k):.2f}",
+          help=tokentext.MODEL_MEAN_ACCEPTANCE_LENGTH_DEFINITION)
 m2.metric(runlabel.prediction_label(f"predicted speedup at b={b}, k={k}", cal is not None), f"{speedup(b, k):.2f}x")
 m3.metric("batch-1 formula S", f"{an.speedup_batch1(alpha, k, c):.2f}x")
 m4.metric(runlabel.prediction_label(f"k*(b={b})", cal is not None), an.optimal_k(b, alpha, costs_at(b), K_MAX))

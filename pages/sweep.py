@@ -27,7 +27,6 @@ st.caption("The same measurement as `python -m specviz sweep`: for every cell, e
            "measured speedup = speculative tokens/s / regular tokens/s. Predictions come from the calibrated cost "
            "model (calibrated first if this pair has no calibration yet). The page starts on a quick grid (b 1, 4; "
            "k 2, 4; 16 new tokens); the command's default grid is b 1, 2, 4, 8 by k 1, 2, 4, 6, 8 at 64 tokens.")
-st.markdown(tokentext.ALPHA_FIT_DEFINITION + " The Live and Speedup pages count α directly from the trace.")
 
 job = st.session_state.get(JOB_KEY)
 running = job is not None and job.running
@@ -73,7 +72,7 @@ if stop and job is not None:
 if job is not None and job.stopping:
     st.info("Stopping after the current cell; the cells measured so far stay.")
 
-COLUMNS = {"batch_size": "b", "draft_length": "k", "alpha": "α fit", "acceptance_rate": "acceptance rate",
+COLUMNS = {"batch_size": "b", "draft_length": "k", "alpha": tokentext.ALPHA, "acceptance_rate": "acceptance rate",
            "measured_speedup": "measured speedup", "predicted_speedup": "predicted (ragged rows)",
            "predicted_speedup_iid": "predicted (i.i.d. rows)", "spec_tokens_per_s": "speculative tok/s",
            "regular_tokens_per_s": "regular tok/s"}
@@ -113,6 +112,7 @@ def show() -> None:
         if drift := drift_warning(c):
             st.warning(f"b = {c['batch_size']}, k = {c['draft_length']}: {drift}.")
     st.dataframe(pd.DataFrame(cells)[list(COLUMNS)].rename(columns=COLUMNS), hide_index=True)
+    st.caption(tokentext.ALPHA_FROM_MEAN_DEFINITION + " " + tokentext.ACCEPTANCE_RATE_DEFINITION)
     bs = sorted({c["batch_size"] for c in cells})
     kk = sorted({c["draft_length"] for c in cells})
     cell = {(c["batch_size"], c["draft_length"]): c for c in cells}

@@ -8,7 +8,9 @@ reads (specviz.analysis.tune). Names as the field uses them (SPECDEC.md, "Metric
   zero-accept rate           rounds that accepted nothing / rounds (SGLang's roadmap: zero-accept rounds)
   wasted draft share         drafted tokens not accepted / drafted tokens (the wasted-draft ratio)
 
-A trace's rows carry ``drafted`` and ``accepted`` per row and step; rows of token trees (a ``tree``
+Each statistic's definition, over raw counts, is in specviz.analysis.acceptance; these functions count
+a trace's rounds (or vLLM's counters) and hand the counts to it. A trace's rows carry ``drafted`` and
+``accepted`` per row and step; rows of token trees (a ``tree``
 field) are left to specviz.analysis.treestats: their ``drafted`` counts nodes, not a chain's positions.
 Pure functions over the trace's dicts: no torch, no numpy.
 """
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from specviz.analysis.analytic import positions_tried
+from specviz.analysis import acceptance
+from specviz.analysis.acceptance import positions_tried
 
 
 def chain_rows(steps: list[dict]) -> list[dict]:
@@ -38,12 +41,12 @@ class PositionCounts:
     at_least: tuple[int, ...]  # [K] rounds that accepted >= j tokens, j = 1..K (vLLM: accepted per position)
     idle: int = 0  # rows of speculative steps that drafted nothing (an n-gram draft without a match)
     successes: int = 0  # accepted tokens, and...
-    trials: int = 0  # ...positions tried (analytic.positions_tried): the i.i.d. alpha = successes / trials
+    trials: int = 0  # ...positions tried (acceptance.positions_tried): alpha = acceptance.alpha(successes, trials)
 
     @property
     def alpha(self) -> float | None:
-        """The per-position acceptance alpha the analytic model assumes (successes / trials)."""
-        return self.successes / self.trials if self.trials else None
+        """Alpha (per-position acceptance, acceptance.alpha): successes / trials."""
+        return acceptance.alpha(self.successes, self.trials)
 
 
 def counts_of(rounds: list[tuple[int, int]], idle: int = 0) -> PositionCounts:
@@ -89,14 +92,16 @@ def counts_from_vllm(drafts: float, accepted_per_position) -> PositionCounts:
     full accept counts as a rejection, so alpha is a lower bound, as metrics.Delta.alpha says)."""
     at_least = tuple(int(round(x)) for x in accepted_per_position)
     n = int(round(drafts))
-    return PositionCounts(rounds=n, at_least=at_least, successes=sum(at_least), trials=n + sum(at_least[:-1]))
+    return PositionCounts(rounds=n, at_least=at_least, successes=sum(at_least),
+                          trials=acceptance.positions_tried_from_counts(n, at_least))
 
 
 # ---- the field's statistics, one function each ----------------------------------------------------------
 
 def acceptance_per_position(counts: PositionCounts) -> list[float]:
-    """[K] P(A >= j) = rounds that accepted at least j / rounds (vLLM's per-position acceptance)."""
-    return [n / counts.rounds for n in counts.at_least] if counts.rounds else []
+    """[K] acceptance per position (acceptance.acceptance_per_position): P(A >= j) = rounds that accepted
+    at least j / rounds, as vLLM counts it."""
+    return acceptance.acceptance_per_position(counts.at_least, counts.rounds) if counts.rounds else []
 
 
 def accepted_length_histogram(steps: list[dict]) -> dict[int, dict[int, int]]:
@@ -115,11 +120,10 @@ def zero_accept_rate(steps: list[dict]) -> float | None:
 
 
 def wasted_draft_share(steps: list[dict]) -> float | None:
-    """Drafted tokens that were not accepted / drafted tokens (None when nothing was drafted). Each cost a
-    draft step (a model draft) and a verify slot, and was thrown away."""
+    """Drafted tokens that were not accepted / drafted tokens over the rounds (acceptance.wasted_draft_share;
+    None when nothing was drafted)."""
     rounds = rounds_of(steps)
-    drafted = sum(d for d, _ in rounds)
-    return (drafted - sum(a for _, a in rounds)) / drafted if drafted else None
+    return acceptance.wasted_draft_share(sum(a for _, a in rounds), sum(d for d, _ in rounds))
 
 
 def field_statistics(steps: list[dict]) -> dict:

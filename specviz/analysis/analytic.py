@@ -303,13 +303,6 @@ def _argmax_k(speedups: list[float]) -> int:
     return next(k for k, s in enumerate(speedups) if s >= best - 1e-9)
 
 
-def positions_tried(drafted: int, accepted: int) -> int:
-    """Bernoulli trials one row-step ran: the accepted drafts, plus the rejected one unless all
-    were accepted (positions after the first rejection are never tried). successes / trials is
-    the per-position alpha the model assumes; accepted / drafted would be biased low."""
-    return accepted + (1 if accepted < drafted else 0)
-
-
 def optimal_k_ragged(lengths: Sequence[int], alphas: Sequence[float], costs: Costs, k_max: int = 16) -> int:
     """k in 0..k_max maximising :func:`speedup_ragged` (rows' own alphas and lengths left)."""
     return _argmax_k([speedup_ragged(lengths, alphas, k, costs.target, costs.draft, costs.overhead,

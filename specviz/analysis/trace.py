@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specviz.analysis import acceptance
 from specviz.records import Step
 
 # Version 2 (issue 17, the request queue): sequences carry each request's life (arrival, slot,
@@ -48,13 +49,13 @@ def _div(a: float, b: float) -> float | None:
 
 
 def per_position_acceptance(steps: list[dict]) -> list[float]:
-    """Fraction of row-steps that drafted >= j tokens whose first j drafts were all accepted."""
+    """Acceptance per position (acceptance.acceptance_per_position), each position j over the row-steps
+    that drafted >= j tokens: the share of them whose first j drafts were all accepted."""
     kmax = max((r["drafted"] for s in steps for r in s["rows"] if r["active"]), default=0)
-    out = []
-    for j in range(1, kmax + 1):
-        tried = [r for s in steps for r in s["rows"] if r["active"] and r["drafted"] >= j]
-        out.append(_div(sum(r["accepted"] >= j for r in tried), len(tried)))
-    return out
+    rows = [r for s in steps for r in s["rows"] if r["active"]]
+    accepted_at = [sum(r["drafted"] >= j and r["accepted"] >= j for r in rows) for j in range(1, kmax + 1)]
+    reached = [sum(r["drafted"] >= j for r in rows) for j in range(1, kmax + 1)]
+    return acceptance.acceptance_per_position(accepted_at, reached)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -97,7 +98,7 @@ def summarize(steps: list[dict], sequences: list[dict], wall_s: float, prefill_s
     row_steps = [(s["k"], r) for s in steps for r in s["rows"] if r["active"]]
     drafted = sum(r["drafted"] for _, r in row_steps)
     accepted = sum(r["accepted"] for _, r in row_steps)
-    output_per_step = sum(r["accepted"] + 1 for _, r in row_steps)  # untruncated: the rule's output
+    output_per_step = accepted + len(row_steps)  # untruncated: the rule's output
     slots = sum(k + 1 for k, _ in row_steps)
     tokens = sum(len(s["output_token_ids"]) for s in sequences)
     phase = {p: sum(s[f"t_{p}"] for s in steps) for p in PHASES}
@@ -113,8 +114,8 @@ def summarize(steps: list[dict], sequences: list[dict], wall_s: float, prefill_s
         "decode_tokens_per_s": _div(tokens, decode_s),
         "drafted": drafted,
         "accepted": accepted,
-        "acceptance_rate": _div(accepted, drafted),
-        "mean_acceptance_length": _div(output_per_step, len(row_steps)),
+        "acceptance_rate": acceptance.acceptance_rate(accepted, drafted),
+        "mean_acceptance_length": acceptance.mean_acceptance_length(accepted, len(row_steps)),
         "system_efficiency": _div(output_per_step, slots),
         "wasted_slots": slots - output_per_step,
         "per_position_acceptance": per_position_acceptance(steps),
@@ -137,7 +138,7 @@ def sequence_record(row, tokenizer) -> dict:
         "finish_reason": row.finish_reason,
         "drafted": row.drafted,
         "accepted": row.accepted,
-        "acceptance_rate": _div(row.accepted, row.drafted),
+        "acceptance_rate": acceptance.acceptance_rate(row.accepted, row.drafted),
         **request_record(row),
     }
 

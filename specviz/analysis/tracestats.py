@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from specviz.analysis import analytic
-from specviz.analysis.analytic import expected_accepted, positions_tried, ragged_batch_times
+from specviz.analysis import acceptance, analytic
+from specviz.analysis.acceptance import alpha_from_accepted, mean_accepted, positions_tried
+from specviz.analysis.analytic import ragged_batch_times
 
 
 # ---- decode: token ids -> text, memoised per tokenizer -------------------------------------------
@@ -50,39 +51,23 @@ def decoder_for(tokenizer):
         return decode
 
 
-# ---- alpha: two estimators, one name each ---------------------------------------------------------
+# ---- alpha from a trace: two estimators (defined in specviz.analysis.acceptance) ---------------------
 
 def alpha_from_trace(trace: dict) -> float | None:
-    """Per-position acceptance alpha (successes / trials, as the analytic model assumes)."""
+    """Alpha (per-position acceptance, acceptance.alpha) over a trace's rows that drafted."""
     succ = trials = 0
     for s in trace.get("steps", []):
         for r in s["rows"]:
             if r["active"] and r["drafted"] > 0:
                 succ += r["accepted"]
                 trials += positions_tried(r["drafted"], r["accepted"])
-    return succ / trials if trials else None
+    return acceptance.alpha(succ, trials)
 
 
-def alpha_from_accepted(mean_accepted: float, k: int) -> float:
-    """Invert E[accepted] = alpha (1 - alpha^k) / (1 - alpha) (i.i.d. acceptance, Leviathan
-    et al. 2022) by bisection: the alpha whose expected accepted count matches the run's."""
-    if k == 0:
-        return 0.0
-    mean_accepted = min(max(mean_accepted, 0.0), float(k))
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if expected_accepted(mid, k) < mean_accepted:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def mean_accepted_per_row_step(traces) -> float:
-    """Accepted drafts per active row-step over one trace or a list of traces."""
+def row_step_counts(traces) -> tuple[int, int]:
+    """(accepted drafts, active row-steps) over one trace or a list of traces."""
     rs = [r for t in ([traces] if isinstance(traces, dict) else traces) for s in t["steps"] for r in s["rows"] if r["active"]]
-    return sum(r["accepted"] for r in rs) / len(rs) if rs else 0.0
+    return sum(r["accepted"] for r in rs), len(rs)
 
 
 def row_alphas_and_lengths(trace: dict, k: int) -> tuple[list[float], list[int]]:
@@ -94,7 +79,8 @@ def row_alphas_and_lengths(trace: dict, k: int) -> tuple[list[float], list[int]]
                 acc[r["index"]] = acc.get(r["index"], 0) + r["accepted"]
                 steps[r["index"]] = steps.get(r["index"], 0) + 1
     seqs = sorted(trace["sequences"], key=lambda q: q["index"])
-    alphas = [alpha_from_accepted(acc.get(q["index"], 0) / max(1, steps.get(q["index"], 0)), k) for q in seqs]
+    alphas = [alpha_from_accepted(mean_accepted(acc.get(q["index"], 0), steps.get(q["index"], 0), empty=0.0), k)
+              for q in seqs]
     return alphas, [len(q["output_token_ids"]) for q in seqs]
 
 

@@ -15,6 +15,8 @@ rows with "tree"); treating them as independent of the context is the model's as
 
 from __future__ import annotations
 
+from specviz.analysis import acceptance
+
 
 def acceptance_by_depth_rank(steps: list[dict]) -> dict[tuple[int, int], tuple[int, int]]:
     """{(depth, rank): (accepted, tried)}: tried counts row-steps whose walk reached a node at
@@ -37,8 +39,8 @@ def acceptance_by_depth_rank(steps: list[dict]) -> dict[tuple[int, int], tuple[i
 
 
 def rates(counts: dict[tuple[int, int], tuple[int, int]]) -> dict[tuple[int, int], float]:
-    """a(d, r) = accepted / tried, for the (depth, rank) cells that were tried."""
-    return {key: a / n for key, (a, n) in counts.items() if n}
+    """a(d, r) = accepted / tried: each (depth, rank) cell's alpha (acceptance.alpha), for the cells tried."""
+    return {key: acceptance.alpha(a, n) for key, (a, n) in counts.items() if n}
 
 
 def expected_tree_tokens(parents: list[int], depth: list[int], rank: list[int],

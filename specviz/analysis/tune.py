@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from specviz.analysis import steady
+from specviz.analysis import acceptance, steady
 from specviz.analysis.acceptstats import PositionCounts
 from specviz.analysis.analytic import CostModel, Costs
 
@@ -66,11 +66,13 @@ class Acceptance:
 
     @property
     def alpha(self) -> float:
-        return self.successes / self.trials if self.trials else 0.0
+        """acceptance.alpha: the pooled successes / trials (0 without trials)."""
+        return acceptance.alpha(self.successes, self.trials, empty=0.0)
 
     def survival(self, k_max: int) -> np.ndarray:
-        """[k_max] P(A >= j), j = 1..k_max (point estimate)."""
-        head = np.array(self.at_least[:k_max], float) / self.base if self.base else np.zeros(min(k_max, self.measured))
+        """[k_max] P(A >= j), j = 1..k_max (point estimate): acceptance per position over the base n_0."""
+        head = (np.array(acceptance.acceptance_per_position(self.at_least[:k_max], self.base), float) if self.base
+                else np.zeros(min(k_max, self.measured)))
         return _extend(head, np.full(1, self.alpha), k_max)[0]
 
     def survival_draws(self, k_max: int, draws: int, rng: np.random.Generator) -> np.ndarray:

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specviz.analysis import acceptance
 from specviz.analysis.explain import phase_totals as _phase_totals, token_kind
 
 PHASES = ("draft", "verify", "accept", "bookkeeping")
@@ -105,7 +106,7 @@ def token_kinds(trace: dict) -> dict[int, list[tuple[int, str, int]]]:
 
 
 def row_acceptance(trace: dict) -> dict[int, float | None]:
-    """Per row: accepted / drafted over the run (None if the row never drafted)."""
+    """Per row: its acceptance rate over the run (acceptance.acceptance_rate; None if the row never drafted)."""
     drafted: dict[int, int] = {i: 0 for i in _row_indices(trace)}
     accepted = dict.fromkeys(drafted, 0)
     for s in trace.get("steps", []):
@@ -113,7 +114,7 @@ def row_acceptance(trace: dict) -> dict[int, float | None]:
             if r["active"]:
                 drafted[r["index"]] = drafted.get(r["index"], 0) + r["drafted"]
                 accepted[r["index"]] = accepted.get(r["index"], 0) + r["accepted"]
-    return {i: (accepted[i] / drafted[i] if drafted[i] else None) for i in drafted}
+    return {i: acceptance.acceptance_rate(accepted[i], drafted[i]) for i in drafted}
 
 
 def tokens_over_time(trace: dict) -> tuple[list[float], list[int]]:
@@ -198,7 +199,7 @@ def acceptance_rate_bars(trace: dict) -> go.Figure:
 
 def position_acceptance(trace: dict) -> go.Figure:
     """P(first j draft tokens accepted | drafted >= j), from the summary."""
-    title = "Draft position j: share of tries with the first j drafted tokens accepted"
+    title = "Acceptance per position: share of drafts reaching position j whose first j tokens were accepted"
     pa = trace.get("summary", {}).get("per_position_acceptance") or []
     if not pa:
         return _empty(title, "no draft tokens")

@@ -36,10 +36,11 @@ def headline(trace: dict, regular: dict | None) -> None:
     bottom[0].metric("α (per-position acceptance)", fmt(alpha, "{:.3f}"),
                      help="accepted draft tokens / draft positions the target checked (defined below)")
     bottom[1].metric("acceptance rate", fmt(s.get("acceptance_rate"), "{:.3f}"),
-                     help="accepted / drafted, counting the drafted tokens thrown away after a rejection")
+                     help="accepted / drafted (defined below)")
     bottom[2].metric("mean acceptance length", fmt(s.get("mean_acceptance_length"), "{:.2f}"),
-                     help="output tokens per row-step: accepted + the recovered or bonus token")
-    st.markdown(tokentext.ALPHA_DEFINITION + " " + tokentext.ACCEPTANCE_RATE_DEFINITION)
+                     help="output tokens per row-step (defined below)")
+    st.markdown(" ".join((tokentext.ALPHA_DEFINITION, tokentext.ACCEPTANCE_RATE_DEFINITION,
+                          tokentext.MEAN_ACCEPTANCE_LENGTH_DEFINITION)))
     if cfg.get("mode") == "regular":
         return
     if measured is None and not trace.get("partial"):

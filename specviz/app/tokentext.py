@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from specviz.analysis import acceptance
 from specviz.analysis.trace import synthetic_label
 from specviz.app.charts import KIND_COLORS, SPECIAL, special_label, token_kinds
 from specviz.app.safetext import html_text, md_escape
@@ -30,20 +31,28 @@ TERMS = {
     "slot": "one token position the target verifies for a row in a step: k drafted tokens plus one, so k + 1.",
     "wasted slot": "a verified slot that produced no output: a drafted token the target rejected, or one after "
                    "a rejection. A step wastes k − accepted slots per row.",
-    "mean acceptance length": "output tokens per row-step (accepted + the one recovered or bonus token); "
-                              "regular decoding's is 1.",
+    acceptance.MEAN_ACCEPTANCE_LENGTH: "output tokens per row-step (accepted + the one recovered or bonus token); "
+                                       "regular decoding's is 1.",
     "phases": "draft (the draft proposes), verify (the target's forward over every slot), accept (the acceptance "
               "rule), bookkeeping (caches rolled back, outputs recorded); other = wall time between steps.",
 }
-ALPHA = "α"
+# The acceptance quantities, named as specviz.analysis.acceptance names them (and computes them).
+ALPHA = acceptance.ALPHA
 ALPHA_DEFINITION = (f"**{ALPHA} (per-position acceptance)** = accepted draft tokens / draft positions the target "
                     "checked: the chance a drafted token is accepted given every token before it in the step was. "
                     "A position after a rejection is never checked, so it does not count.")
-ACCEPTANCE_RATE_DEFINITION = ("**acceptance rate** = accepted / drafted: it also counts the drafted tokens thrown "
-                              f"away after a rejection, so it sits below {ALPHA}.")
-ALPHA_FIT_DEFINITION = (f"**{ALPHA} fit** (the sweep's): the {ALPHA} whose expected accepted count per step "
-                        f"(i.i.d. acceptance) equals the measured mean; it differs from the counted {ALPHA} when "
-                        "acceptance is not the same at every position.")
+ACCEPTANCE_RATE_DEFINITION = (f"**{acceptance.ACCEPTANCE_RATE}** = accepted / drafted: it also counts the drafted "
+                              f"tokens thrown away after a rejection, so it sits below {ALPHA}.")
+MEAN_ACCEPTANCE_LENGTH_DEFINITION = (f"**{acceptance.MEAN_ACCEPTANCE_LENGTH}** = "
+                                     + TERMS[acceptance.MEAN_ACCEPTANCE_LENGTH])
+MODEL_MEAN_ACCEPTANCE_LENGTH_DEFINITION = (
+    f"**{acceptance.MEAN_ACCEPTANCE_LENGTH} E({ALPHA}, k)**: the model's expected output tokens per row-step at "
+    f"draft length k when every position is accepted with chance {ALPHA} (Leviathan et al. 2022); a run's "
+    "measured mean acceptance length is the number to compare it with.")
+ALPHA_FROM_MEAN_DEFINITION = (f"**{ALPHA}** in the sweep's table is fitted, not counted: the {ALPHA} whose expected "
+                              "accepted count per row-step (i.i.d. acceptance) equals the cell's measured mean; it "
+                              f"differs from the counted {ALPHA} of the Live and Speedup pages when acceptance is not "
+                              "the same at every position.")
 
 
 def short_label(option: str) -> str:

@@ -22,6 +22,7 @@ import html
 
 import plotly.graph_objects as go
 
+from specviz.analysis import acceptance
 from specviz.analysis.treestats import acceptance_by_depth_rank, expected_tree_tokens, rates
 from specviz.app.charts import KIND_COLORS, Decode, _empty, _text, style
 
@@ -191,14 +192,15 @@ def depth_rank_heatmap(trace: dict) -> go.Figure:
 
 def predicted_vs_measured(trace: dict) -> tuple[float, float] | None:
     """(predicted, measured) output tokens per tree row-step: our formula (treestats) under the run's
-    own a(depth, rank), against 1 + accepted per row-step. None without tree steps."""
+    own a(depth, rank), against the measured mean acceptance length (acceptance.mean_acceptance_length: 1 +
+    accepted per row-step). None without tree steps."""
     rows = [r for s in trace.get("steps", []) for r in s["rows"] if r.get("tree") and r.get("active", True)]
     if not rows:
         return None
     a = rates(acceptance_by_depth_rank(trace["steps"]))
     t = [r["tree"] for r in rows]
     predicted = sum(expected_tree_tokens(x["parent"], x["depth"], x["rank"], a) for x in t) / len(rows)
-    return predicted, sum(1 + r["accepted"] for r in rows) / len(rows)
+    return predicted, acceptance.mean_acceptance_length(sum(r["accepted"] for r in rows), len(rows))
 
 
 def origin_sentence(trace: dict) -> str | None:
@@ -247,5 +249,5 @@ def section(trace: dict, decode: Decode | None = None) -> None:
     right.plotly_chart(depth_rank_heatmap(trace), key="tree_depth_rank")
     pm = predicted_vs_measured(trace)
     if pm:
-        right.caption(f"Output tokens per row-step: {pm[1]:.2f} measured, {pm[0]:.2f} predicted by our tree formula "
+        right.caption(f"Mean acceptance length (output tokens per row-step): {pm[1]:.2f} measured, {pm[0]:.2f} predicted by our tree formula "
                       "1 + sum over nodes of the product of a(depth, rank) along its path, with this run's rates.")

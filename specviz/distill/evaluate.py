@@ -10,7 +10,7 @@ import numpy as np
 
 def eval_acceptance(target, proposer, prompts: list[str], ks, max_new: int, batch_size: int) -> dict:
     """Greedy speculative decoding on ``prompts`` at each k; acceptance, fitted alpha, tokens/s."""
-    from specviz.analysis.tracestats import alpha_from_accepted
+    from specviz.analysis import acceptance
     from specviz.distill.data import encode_chat
     from specviz.run import decoder_for_ids
 
@@ -33,9 +33,11 @@ def eval_acceptance(target, proposer, prompts: list[str], ks, max_new: int, batc
             outputs += [r.output for r in dec.rows]
         cell = {"tokens": tokens, "tokens_per_s": tokens / wall, "outputs": outputs}
         if k:
-            cell.update(acceptance_rate=accepted / max(drafted, 1), mean_accepted=accepted / max(row_steps, 1),
-                        mean_acceptance_length=1 + accepted / max(row_steps, 1),
-                        alpha=alpha_from_accepted(accepted / max(row_steps, 1), k),
+            mean_accepted = acceptance.mean_accepted(accepted, row_steps, empty=0.0)
+            cell.update(acceptance_rate=acceptance.acceptance_rate(accepted, drafted, empty=0.0),
+                        mean_accepted=mean_accepted,
+                        mean_acceptance_length=acceptance.mean_acceptance_length(accepted, row_steps, empty=1.0),
+                        alpha=acceptance.alpha_from_accepted(mean_accepted, k),
                         measured_speedup=cell["tokens_per_s"] / out[0]["tokens_per_s"])
         out[k] = cell
     return out

@@ -96,10 +96,11 @@ def format_report(r: dict) -> str:
         if not rows:
             continue
         lines.append(f"  {name}, greedy:")
-        lines.append(f"    {'k':>2} {'accept':>7} {'alpha':>6} {'tok/step':>8} {'predicted x':>11} {'measured x (B=8)':>16}")
+        lines.append(f"    {'k':>2} {'acceptance rate':>15} {'alpha':>6} {'mean acceptance length':>22} {'predicted x':>11} "
+                     f"{'measured x (B=8)':>16}")
         for row in rows:
-            lines.append(f"    {row['k']:>2} {row['acceptance_rate']:>7.3f} {row['alpha']:>6.3f} "
-                         f"{row['mean_acceptance_length']:>8.2f} {row['predicted_speedup_batch1']:>11.2f} "
+            lines.append(f"    {row['k']:>2} {row['acceptance_rate']:>15.3f} {row['alpha']:>6.3f} "
+                         f"{row['mean_acceptance_length']:>22.2f} {row['predicted_speedup_batch1']:>11.2f} "
                          f"{row['measured_speedup']:>16.2f}")
     p = r["predicted"]
     lines.append(f"  predicted  batch-1 speedup {p['speedup_at_k_star']:.2f}x at k* = {p['k_star']} "

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from specviz.analysis import analytic, steady
+from specviz.analysis import acceptance, analytic, steady
 from specviz.common import SpecvizError
 from specviz.engine import treepolicy
 
@@ -236,7 +236,8 @@ class Analytic:
 
     @property
     def alpha(self) -> float:
-        return self.successes / self.trials if self.trials > 0 else self.prior_alpha
+        """acceptance.alpha over the weighted counts (the prior's until a step has been observed)."""
+        return acceptance.alpha(self.successes, self.trials, empty=self.prior_alpha)
 
     def next_k(self, batch_size: int) -> int:
         if self.costs is None:
@@ -254,14 +255,14 @@ class Analytic:
         if not tried:
             return
         successes = sum(a for _, _, a in tried)
-        trials = sum(analytic.positions_tried(d, a) for _, d, a in tried)
+        trials = sum(acceptance.positions_tried(d, a) for _, d, a in tried)
         self.successes = self.decay * self.successes + successes
         self.trials = self.decay * self.trials + trials
         if rows is not None:
             for i, d, a in tried:
                 counts = self.row_counts.setdefault(rows[i], [0.0, 0.0])
                 counts[0] += a
-                counts[1] += analytic.positions_tried(d, a)
+                counts[1] += acceptance.positions_tried(d, a)
 
 
 @dataclasses.dataclass

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from specviz.analysis import analytic
+from specviz.analysis import acceptance, analytic
 from specviz.records import TreeNodes
 
 
@@ -85,7 +85,7 @@ class TreeShapes:
     def rate(self, d: int, r: int) -> float:
         prior = self.prior_alpha * (1 - self.prior_alpha) ** r
         acc, tried = self.counts.get((d, r), (0.0, 0.0))
-        return (acc + self.prior_weight * prior) / (tried + self.prior_weight)
+        return acceptance.alpha(acc + self.prior_weight * prior, tried + self.prior_weight, empty=prior)
 
     def choose(self, b: int) -> tuple[int, int, int]:
         """(k, W, N) maximising b E / T_step; (0, 1, 0) when regular decoding is predicted faster."""

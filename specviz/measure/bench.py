@@ -16,6 +16,7 @@ import statistics
 import time
 from typing import Callable, Iterator
 
+from specviz.analysis import acceptance
 from specviz.analysis.trace import summarize, tokens_per_s
 from specviz.models.loading import encode_prompts
 from specviz.runconfig import RunConfig
@@ -101,8 +102,9 @@ def warm_up_peer(target, proposer, cfg: RunConfig) -> None:
 
 
 def acceptance_rate(traces: list[dict]) -> float:
-    drafted = sum(t["summary"]["drafted"] for t in traces)
-    return sum(t["summary"]["accepted"] for t in traces) / drafted if drafted else float("nan")
+    """The acceptance rate over several traces' summaries (NaN when none drafted: regular decoding)."""
+    return acceptance.acceptance_rate(sum(t["summary"]["accepted"] for t in traces),
+                                      sum(t["summary"]["drafted"] for t in traces), empty=float("nan"))
 
 
 @dataclasses.dataclass

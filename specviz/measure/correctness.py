@@ -15,6 +15,7 @@ import dataclasses
 
 import torch
 
+from specviz.analysis.acceptance import acceptance_rate
 from specviz.analysis.divergence import divergence_rows as _rows
 from specviz.analysis.trace import synthetic_label
 from specviz.common import SpecvizError
@@ -116,4 +117,4 @@ def acceptance_distribution_check(n: int = 20000, vocab: int = 8, k: int = 2, te
     p_value = float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
                                             torch.tensor(chi2 / 2, dtype=torch.float64)))
     return {"counts": counts.tolist(), "expected": expected.tolist(), "chi2": chi2, "dof": dof, "p_value": p_value,
-            "acceptance_rate": float(verdict.num_accepted.double().mean() / k), "n": n}
+            "acceptance_rate": acceptance_rate(float(verdict.num_accepted.double().mean()), k), "n": n}

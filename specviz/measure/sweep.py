@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from specviz.analysis import acceptance
 from specviz.analysis.analytic import optimal_k, speedup_batch
-from specviz.analysis.tracestats import alpha_from_accepted, mean_accepted_per_row_step, predicted_ragged
+from specviz.analysis.tracestats import predicted_ragged, row_step_counts
 from specviz.common import SpecvizError, write_atomic
 from specviz.measure.bench import engine_arm, interleaved, warm_up
 from specviz.measure.calibrate import calibrate, calibration_load_warning, load_calibration
@@ -43,11 +44,13 @@ def measure_cell(base: RunConfig, b: int, k: int, target, proposer, calibration,
     res = interleaved({"regular": engine_arm(reg_cfg, target, None),
                        "speculative": engine_arm(spec_cfg, target, proposer)}, repeats)
     trs = res["speculative"].traces[-1]
-    alpha = alpha_from_accepted(mean_accepted_per_row_step(trs), k)
+    accepted, row_steps = row_step_counts(trs)
+    alpha = acceptance.alpha_from_accepted(acceptance.mean_accepted(accepted, row_steps, empty=0.0), k)
     costs = calibration.costs(b)
     return {"batch_size": b, "draft_length": k, "alpha": alpha,
-            "acceptance_rate": sum(t["summary"]["accepted"] for t in trs) / max(1, sum(t["summary"]["drafted"] for t in trs)),
-            "mean_acceptance_length": 1 + mean_accepted_per_row_step(trs),
+            "acceptance_rate": acceptance.acceptance_rate(sum(t["summary"]["accepted"] for t in trs),
+                                                          sum(t["summary"]["drafted"] for t in trs), empty=0.0),
+            "mean_acceptance_length": acceptance.mean_acceptance_length(accepted, row_steps, empty=1.0),
             "measured_speedup": res["speculative"].median_ratio, "predicted_speedup": predicted_ragged(trs, k, costs),
             "predicted_speedup_iid": speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead,
                                                    costs.regular_overhead),

@@ -25,6 +25,7 @@ import urllib.request
 
 import psutil
 
+from specviz.analysis import acceptance
 from specviz.analysis.trace import percentile, tokens_per_s
 from specviz.common import SpecvizError
 from specviz.measure.bench import warm_up
@@ -155,6 +156,8 @@ class PeerResult:
 
 
 def _ours_acceptance(traces: list[dict]) -> dict:
+    """Our rounds' counts, and their acceptance rate, mean acceptance length and acceptance per position as
+    vLLM counts them (specviz.analysis.acceptance): a draft is an active row-step that drafted."""
     drafted = sum(t["summary"]["drafted"] for t in traces)
     accepted = sum(t["summary"]["accepted"] for t in traces)
     steps = sum(sum(1 for s in t["steps"] for r in s["rows"] if r["active"] and r["drafted"]) for t in traces)
@@ -162,9 +165,9 @@ def _ours_acceptance(traces: list[dict]) -> dict:
     per_pos = [sum(1 for t in traces for s in t["steps"] for r in s["rows"] if r["active"] and r["drafted"]
                    and r["accepted"] > j) for j in range(k)] if drafted else []
     return {"drafted": drafted, "accepted": accepted, "drafts": steps,
-            "rate": accepted / drafted if drafted else None,
-            "mean_length": 1 + accepted / steps if steps else None,
-            "per_position": [p / steps for p in per_pos] if steps else None}
+            "rate": acceptance.acceptance_rate(accepted, drafted),
+            "mean_length": acceptance.mean_acceptance_length(accepted, steps),
+            "per_position": acceptance.acceptance_per_position(per_pos, steps) if steps else None}
 
 
 def is_regular(cfg: RunConfig) -> bool:
@@ -276,15 +279,15 @@ def format_result(res: PeerResult) -> str:
     lines = [f"vLLM {res.version} (started in {res.startup_s:.0f} s) vs ours: target {c.target}, ours {ours}, vLLM "
              f"{theirs}, {n} requests through {c.batch_size} slots, "
              f"max_new_tokens={c.max_new_tokens}, greedy, {res.rounds} interleaved rounds",
-             f"{'arm':<8}{'tokens/s':>10}{'TTFT p50/p95 ms':>18}{'TPOT p50/p95 ms':>18}{'accept rate':>13}"
-             f"{'mean len':>10}  per position"]
+             f"{'arm':<8}{'tokens/s':>10}{'TTFT p50/p95 ms':>18}{'TPOT p50/p95 ms':>18}{'acceptance rate':>17}"
+             f"{'mean acceptance length':>24}  acceptance per position"]
     for name, tok, tt, tp, rate, ml, pp in (
             ("ours", res.ours_tok_s, res.ours_ttft, res.ours_tpot, a.get("rate"), a.get("mean_length"), a.get("per_position")),
             ("vllm", res.vllm_tok_s, res.vllm_ttft, res.vllm_tpot, d and d.acceptance_rate, d and d.mean_acceptance_length,
              d and d.acceptance_per_position)):
         lines.append(f"{name:<8}{statistics.median(tok):>10.1f}{_p(tt, 50) + ' / ' + _p(tt, 95):>18}"
-                     f"{_p(tp, 50) + ' / ' + _p(tp, 95):>18}{'-' if rate is None else f'{rate:.3f}':>13}"
-                     f"{'-' if ml is None else f'{ml:.2f}':>10}  " + (", ".join(f"{x:.2f}" for x in pp) if pp else "-"))
+                     f"{_p(tp, 50) + ' / ' + _p(tp, 95):>18}{'-' if rate is None else f'{rate:.3f}':>17}"
+                     f"{'-' if ml is None else f'{ml:.2f}':>24}  " + (", ".join(f"{x:.2f}" for x in pp) if pp else "-"))
     lines.append(f"ours / vLLM tokens/s: {res.ratio:.2f}x (median of per-round ratios: "
                  + ", ".join(f"{o / v:.2f}" for o, v in zip(res.ours_tok_s, res.vllm_tok_s)) + ")")
     if res.differences:

@@ -26,6 +26,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
+from specviz.analysis.acceptance import acceptance_rate
 from specviz.common import SpecvizError
 from specviz.peers.bench import first_difference, strip_eos
 from specviz.peers.ggufs import WEIGHTS, llamacpp_python, target_gguf
@@ -150,7 +151,8 @@ class ArmRecord:
 
     @property
     def acceptance(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        """The arm's acceptance rate (None for an arm that drafted nothing)."""
+        return acceptance_rate(self.accepted, self.drafted)
 
 
 @dataclasses.dataclass
@@ -183,11 +185,11 @@ def format_result(res: LlamaCppResult) -> str:
     lines = [f"llama.cpp (llama-cpp-python {res.version}) vs ours: target {c.target}, ours {res.dtype}, "
              f"{c.num_requests if c.batch_size > 1 else len(c.prompts)} requests through {c.batch_size} slot(s), "
              f"max_new_tokens={c.max_new_tokens}, greedy, {res.threads} threads, {res.rounds} interleaved rounds",
-             f"{'arm':<30}{'tokens/s':>10}{'decode tok/s':>14}{'vs ours regular':>17}{'spread':>12}{'accept rate':>13}"]
+             f"{'arm':<30}{'tokens/s':>10}{'decode tok/s':>14}{'vs ours regular':>17}{'spread':>12}{'acceptance rate':>17}"]
     for name, a in res.arms.items():
         acc = a.acceptance
         lines.append(f"{name:<30}{statistics.median(a.tok_s):>10.1f}{statistics.median(a.decode_tok_s):>14.1f}"
-                     f"{statistics.median(a.ratio):>16.2f}x{spread(a.ratio):>12}{'-' if acc is None else f'{acc:.3f}':>13}")
+                     f"{statistics.median(a.ratio):>16.2f}x{spread(a.ratio):>12}{'-' if acc is None else f'{acc:.3f}':>17}")
     for name in res.arms:
         if name.startswith("llama.cpp"):
             diffs = res.differences(name)

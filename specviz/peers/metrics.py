@@ -16,7 +16,8 @@ sample we ignore); samples carry ``model_name`` and ``engine`` labels (one per d
 engine): we sum over engines and keep the model names. A server started without a speculative
 config exports no spec_decode counters at all; older vLLMs lack some (per-position first).
 
-Derived (as vLLM's own logger does; SPECDEC.md vocabulary: accepted / recovered / bonus / output):
+Derived (as vLLM's own logger does; SPECDEC.md vocabulary: accepted / recovered / bonus / output), each by
+its one definition in specviz.analysis.acceptance:
   acceptance rate         = accepted / draft tokens
   mean acceptance length  = 1 + accepted / drafts    (output tokens per draft: accepted + the
                                                       recovered or bonus token)
@@ -36,7 +37,7 @@ import urllib.parse
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specviz.analysis.tracestats import alpha_from_accepted
+from specviz.analysis import acceptance
 from specviz.common import SpecvizError
 from specviz.peers import fetch
 
@@ -152,35 +153,36 @@ class Delta:
 
     @property
     def acceptance_rate(self) -> float | None:
-        """accepted / draft tokens (biased low as an alpha: positions after a rejection count too)."""
-        return self.accepted / self.draft_tokens if self.draft_tokens and self.accepted is not None else None
+        """acceptance.acceptance_rate: accepted / draft tokens (biased low as an alpha: positions after a
+        rejection count too)."""
+        return acceptance.acceptance_rate(self.accepted, self.draft_tokens) if self.accepted is not None else None
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        """Output tokens per draft: 1 + accepted / drafts (vLLM's definition)."""
-        return 1.0 + self.accepted / self.drafts if self.drafts and self.accepted is not None else None
+        """acceptance.mean_acceptance_length: output tokens per draft, 1 + accepted / drafts (vLLM's definition)."""
+        return acceptance.mean_acceptance_length(self.accepted, self.drafts) if self.accepted is not None else None
 
     @property
     def acceptance_per_position(self) -> list | None:
-        """[k] accepted at position j / drafts = P(A >= j + 1)."""
+        """[k] acceptance.acceptance_per_position: accepted at position j / drafts = P(A >= j + 1)."""
         if self.accepted_per_position is None or not self.drafts:
             return None
-        return [a / self.drafts for a in self.accepted_per_position]
+        return acceptance.acceptance_per_position(self.accepted_per_position, self.drafts)
 
     @property
     def alpha(self) -> float | None:
-        """Per-position acceptance (successes / trials), the analytic model's i.i.d. alpha.
+        """Alpha (per-position acceptance, acceptance.alpha), the analytic model's i.i.d. alpha.
 
-        With per-position counters, trials = drafts + accepted at positions 0..k-2 (exact when every
-        draft has k tokens; with shorter drafts their full accepts count as rejections, so this is a
-        lower bound). Without them, the alpha whose E[accepted] (Leviathan et al. 2022) matches
-        accepted / drafts at this k."""
+        With per-position counters, accepted / positions tried (acceptance.positions_tried_from_counts:
+        drafts + accepted at positions 0..k-2, exact when every draft has k tokens; with shorter drafts
+        their full accepts count as rejections, so this is a lower bound). Without them,
+        acceptance.alpha_from_accepted: the alpha whose E[accepted] matches accepted / drafts at this k."""
         if not self.drafts or self.accepted is None:
             return None
         if self.accepted_per_position is not None:
-            trials = self.drafts + sum(self.accepted_per_position[:-1])
-            return self.accepted / trials if trials else None
-        return alpha_from_accepted(self.accepted / self.drafts, self.k)
+            return acceptance.alpha(self.accepted,
+                                    acceptance.positions_tried_from_counts(self.drafts, self.accepted_per_position))
+        return acceptance.alpha_from_accepted(acceptance.mean_accepted(self.accepted, self.drafts), self.k)
 
     @property
     def throughput(self) -> float | None:

@@ -13,7 +13,7 @@ import dataclasses
 import statistics
 from typing import Callable
 
-from specviz.analysis import treestats
+from specviz.analysis import acceptance, treestats
 from specviz.analysis.acceptstats import (PositionCounts, acceptance_per_position, counts_from_vllm, counts_of,
                                           field_statistics, first_rank_rounds, position_counts)
 from specviz.analysis.analytic import Costs
@@ -54,7 +54,7 @@ class MeasuredShapes(treepolicy.TreeShapes):
 
     def rate(self, d: int, r: int) -> float:
         acc, tried = self.counts.get((d, r), (0, 0))
-        return acc / tried if tried else 0.0
+        return acceptance.alpha(acc, tried, empty=0.0)
 
 
 def tree_rows(steps: list | None) -> bool:

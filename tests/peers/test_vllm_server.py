@@ -262,7 +262,7 @@ def test_bench_peer_vllm_runs_the_default_pair_against_the_servers_own_regular_d
     out = capsys.readouterr().out
     assert "--speculative-config" not in fake.argv()
     assert "ours default k=1, vLLM regular" in out, out
-    assert "accept rate" in out and "ours / vLLM tokens/s" in out
+    assert "acceptance rate" in out and "ours / vLLM tokens/s" in out
 
 
 @pytest.mark.parametrize("a,b,where", [([1, 2, 3], [1, 2, 3], None), ([1, 2, 3], [1, 5, 3], 1),
