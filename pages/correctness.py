@@ -76,6 +76,7 @@ def exactness_view() -> None:
                                     "regular top-1 − top-2 logit margin there": r["margin"], "tokens": r["length"]}
                                    for r in rows]), hide_index=True)
         st.plotly_chart(modelcharts.divergence_chart(rows), key="corr_chart")
+        st.caption(modelcharts.divergence_sentence(rows))
     else:
         last = last_run_exactness()
         st.info("press Check exactness to run both modes on the same prompts in fp32" + (f". {last}" if last else ""))
@@ -124,5 +125,6 @@ if res:
     m2.metric("p-value", f"{res['p_value']:.3f}", help="a p-value that is not tiny means no evidence against losslessness")
     m3.metric("draft acceptance rate", f"{res['acceptance_rate']:.2f}")
     st.plotly_chart(modelcharts.distribution_chart(res["counts"], res["expected"]), key="dist_chart")
+    st.caption(modelcharts.distribution_sentence(res["counts"], res["expected"]))
     (st.success if res["p_value"] > 0.001 else st.error)(
         "consistent with the target distribution" if res["p_value"] > 0.001 else "counts differ from p (p < 0.001)")

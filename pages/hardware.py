@@ -4,7 +4,7 @@ import streamlit as st
 
 from specviz import telemetry
 from specviz.analysis.hardware import verify_use
-from specviz.app import charts, devicequeue, runlabel, state as appstate
+from specviz.app import chartcaptions, charts, devicequeue, runlabel, state as appstate
 from specviz.app.safetext import md_escape
 from specviz.analysis.costs import trace_calibration
 from specviz.common import SpecvizError
@@ -40,6 +40,7 @@ else:
     if note := runlabel.page_note(trace):
         st.warning(note)
     st.plotly_chart(runlabel.mark(charts.utilization(trace, telemetry.UTIL_LABELS), trace), key="hw_utilization")
+    st.caption(chartcaptions.utilization_sentence(trace, telemetry.UTIL_LABELS))
     sources = {s.get("source") for s in trace.get("telemetry") or []}
     if "nvml" in sources:
         st.caption("NVML utilization is kernel-busy % (a kernel ran during the sample window), not throughput.")

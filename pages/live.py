@@ -10,7 +10,8 @@ import time
 import streamlit as st
 
 from specviz.analysis import explain
-from specviz.app import state as appstate, charts, devicequeue, firstcal, runlabel, showcase, tokentext, treeview, queueview
+from specviz.app import state as appstate, chartcaptions, charts, devicequeue, firstcal, runlabel, showcase, tokentext
+from specviz.app import treeview, queueview
 from specviz.app.headline import headline
 from specviz.app.safetext import md_escape
 from specviz.app.upload import read_trace_upload, trace_csv_zip
@@ -194,18 +195,10 @@ def draw(trace: dict, decode, live: bool, regular: dict | None = None, with_char
 
 
 def draw_charts(trace: dict, decode, live: bool) -> None:
-    left, right = st.columns(2)
-    mark = lambda fig: runlabel.mark(fig, trace)  # noqa: E731  (a synthetic run says so on every chart)
-    left.plotly_chart(mark(charts.phase_timeline(trace)), key="phase_timeline")
-    right.plotly_chart(mark(charts.phase_totals(trace)), key="phase_totals")
-    left.plotly_chart(mark(charts.acceptance_heatmap(trace, decode, max_hover_steps=150 if live else 400)),
-                      key="acceptance_heatmap")
-    right.plotly_chart(mark(charts.acceptance_rate_bars(trace)), key="acceptance_rate")
-    left.plotly_chart(mark(queueview.lengths_chart(trace)), key="ragged_lengths")  # a slot timeline under a queue
-    right.plotly_chart(mark(charts.wasted_slots(trace)), key="wasted_slots")
-    left.plotly_chart(mark(charts.token_latency(trace)), key="token_latency")
-    right.plotly_chart(mark(charts.position_acceptance(trace)), key="position_acceptance")
-    left.plotly_chart(mark(charts.utilization(trace, _util_labels())), key="utilization")
+    cols = st.columns(2)  # left, right, left, ...: each chart with the sentence that states its key number
+    for n, (key, fig, sentence) in enumerate(chartcaptions.live_grid(trace, decode, live, _util_labels())):
+        cols[n % 2].plotly_chart(runlabel.mark(fig, trace), key=key)  # a synthetic run says so on every chart
+        cols[n % 2].caption(sentence)
     treeview.section(trace, decode)  # token trees only; nothing for chain runs
     queueview.draw(trace)  # request queues only; nothing for a static batch
 
@@ -330,6 +323,7 @@ def replay_view() -> None:
     t = time.perf_counter() - st.session_state["replay_t0"]
     end = max(charts.run_duration(spec), charts.run_duration(reg))
     st.plotly_chart(runlabel.mark(charts.race({"speculative": spec, "regular": reg}, until=t), spec), key="race_replay")
+    st.caption(chartcaptions.race_caption({"speculative": spec, "regular": reg}, until=t))
     cols = st.columns(2)
     for col, name, tr in ((cols[0], "speculative", spec), (cols[1], "regular", reg)):
         decode = appstate.trace_decoder(tr)
@@ -351,8 +345,9 @@ if not running and trace_now is not None and st.session_state.get("regular_trace
     if st.session_state.get("replay_t0"):
         st.fragment(replay_view, run_every=0.2)()
     else:
-        st.plotly_chart(runlabel.mark(charts.race({"speculative": trace_now, "regular": st.session_state["regular_trace"]}),
-                                      trace_now), key="race_chart")
+        pair = {"speculative": trace_now, "regular": st.session_state["regular_trace"]}
+        st.plotly_chart(runlabel.mark(charts.race(pair), trace_now), key="race_chart")
+        st.caption(chartcaptions.race_caption(pair))
 
 
 # ---- export / import ---------------------------------------------------------------------------------

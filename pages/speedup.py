@@ -120,18 +120,21 @@ curves = {bb: [speedup(bb, kk) for kk in range(K_MAX + 1)] for bb in batches}
 shown = trace if ms is not None else None  # the run's measured point is on the charts: so is its label
 st.plotly_chart(runlabel.mark(runlabel.mark_uncalibrated(
     modelcharts.speedup_vs_k(curves, [m for m in measured if m["b"] in curves]), cal is not None), shown), key="speedup_vs_k")
+st.caption(modelcharts.speedup_vs_k_sentence(curves, b))
 st.markdown("**Why a bigger batch gains less.** "
             + batch_gain_reason(costs_at(64).target, k, 1, 64, calibrated=cal is not None))
 
 left, right = st.columns(2)
 all_b = list(range(1, 65))
-left.plotly_chart(runlabel.mark(runlabel.mark_uncalibrated(modelcharts.optimal_k_curve(
-    all_b, [an.optimal_k(bb, alpha, costs_at(bb), K_MAX) for bb in all_b], modelcharts.best_measured(measured)),
-    cal is not None), shown), key="optimal_k")
+k_star, best_seen = [an.optimal_k(bb, alpha, costs_at(bb), K_MAX) for bb in all_b], modelcharts.best_measured(measured)
+left.plotly_chart(runlabel.mark(runlabel.mark_uncalibrated(modelcharts.optimal_k_curve(all_b, k_star, best_seen),
+                                                           cal is not None), shown), key="optimal_k")
+left.caption(modelcharts.optimal_k_sentence(all_b, k_star, best_seen))
 ks = list(range(K_MAX + 1))
-right.plotly_chart(modelcharts.bk_heatmap(BATCHES, ks, [[speedup(bb, kk) for kk in ks] for bb in BATCHES],
-                                          title=runlabel.prediction_label("Predicted speedup by (b, k)", cal is not None)),
-                   key="bk_heatmap")
+grid = [[speedup(bb, kk) for kk in ks] for bb in BATCHES]
+right.plotly_chart(modelcharts.bk_heatmap(BATCHES, ks, grid, title=runlabel.prediction_label(
+    "Predicted speedup by (b, k)", cal is not None)), key="bk_heatmap")
+right.caption(modelcharts.bk_sentence(BATCHES, ks, grid))
 
 # Recommend: `specviz tune`'s answer for this trace (specviz.peers.tune), with one engine's settings
 st.subheader("Recommend")
@@ -168,6 +171,7 @@ else:
                "for both.")
     names = {html.escape(small_name): ks_small, html.escape(f"{big.target} (synthetic)"): ks_big}  # plotly reads tags
     st.plotly_chart(modelcharts.optimal_k_compare(all_b, names), key="optimal_k_synthetic")
+    st.caption(modelcharts.k_compare_sentence(all_b, names))
 
     def best(cs_at, bb: int, kk: int) -> float:
         cs = cs_at(bb)

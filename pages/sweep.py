@@ -120,9 +120,11 @@ def show() -> None:
     grids = {field: [[(cell.get((b, k)) or {}).get(field) for k in kk] for b in bs]
              for field in ("measured_speedup", "predicted_speedup")}
     zrange = modelcharts.speedup_range(*grids.values())  # one colour scale: the two maps compare cell by cell
-    for col, field, title, key in ((left, "measured_speedup", "Measured speedup by (b, k)", "sweep_measured"),
-                                   (right, "predicted_speedup", "Predicted speedup by (b, k)", "sweep_predicted")):
-        col.plotly_chart(modelcharts.bk_heatmap(bs, kk, grids[field], title=title, zrange=zrange), key=key)
+    for col, what in ((left, "measured"), (right, "predicted")):
+        z = grids[f"{what}_speedup"]
+        col.plotly_chart(modelcharts.bk_heatmap(bs, kk, z, title=f"{what.capitalize()} speedup by (b, k)", zrange=zrange),
+                         key=f"sweep_{what}")
+        col.caption(modelcharts.bk_sentence(bs, kk, z, what=what))  # the best cell, and how many are below 1x
     result = job.result if job is not None and job.status == "done" else None
     if result:
         summary = result["summary"]

@@ -19,6 +19,8 @@ from plotly.subplots import make_subplots
 
 from specviz.analysis import acceptance
 from specviz.analysis.explain import phase_totals as _phase_totals, token_kind
+from specviz.analysis.runcounts import (accepted_grid, length_series, slot_use, step_seconds, telemetry_samples,
+                                        token_latencies)
 
 PHASES = ("draft", "verify", "accept", "bookkeeping")
 PHASE_COLORS = {"prefill": "#7f7f7f", "draft": "#636efa", "verify": "#ef553b", "accept": "#00cc96",
@@ -87,7 +89,7 @@ def _empty(title: str, message: str) -> go.Figure:
 
 def step_end(step: dict) -> float:
     """Seconds from the run's start to the end of this step (when its tokens are out)."""
-    return step["t_start"] + sum(step.get(f"t_{p}", 0.0) for p in PHASES)
+    return step["t_start"] + step_seconds(step)
 
 
 def _max_step(steps: list[dict]) -> int:
@@ -158,21 +160,18 @@ def acceptance_heatmap(trace: dict, decode: Decode | None = None, max_hover_step
     if not steps or not rows:
         return _empty(title, "no steps yet")
     pos = {i: n for n, i in enumerate(rows)}
-    z = [[None] * len(steps) for _ in rows]
+    z = accepted_grid(trace, rows)  # the cells' numbers, which chartcaptions.heatmap_sentence states
     hover = [[""] * len(steps) for _ in rows]
     first_hover = max(0, len(steps) - max_hover_steps)
-    for c, s in enumerate(steps):
+    for c, s in enumerate(steps[first_hover:], start=first_hover):
         for r in s["rows"]:
             if not r["active"] or r["index"] not in pos:
                 continue
-            y = pos[r["index"]]
-            z[y][c] = r["accepted"]
-            if c >= first_hover:
-                drafted = r.get("draft_tokens")
-                drafted_txt = f"<br>drafted: {html.escape(repr(_text(drafted, decode)))}" if drafted else ""
-                hover[y][c] = (f"row {r['index']}, step {s['step']} (k={s['k']})<br>drafted {r['drafted']}, "
-                               f"accepted {r['accepted']}{drafted_txt}<br>output: "
-                               f"{html.escape(repr(_text(r['emitted'], decode)))}")
+            drafted = r.get("draft_tokens")
+            drafted_txt = f"<br>drafted: {html.escape(repr(_text(drafted, decode)))}" if drafted else ""
+            hover[pos[r["index"]]][c] = (f"row {r['index']}, step {s['step']} (k={s['k']})<br>drafted {r['drafted']}, "
+                                         f"accepted {r['accepted']}{drafted_txt}<br>output: "
+                                         f"{html.escape(repr(_text(r['emitted'], decode)))}")
     kmax = max((s["k"] for s in steps), default=0)
     fig = go.Figure(go.Heatmap(
         z=z, x=[s["step"] for s in steps], y=[f"row {i}" for i in rows], text=hover,
@@ -216,15 +215,7 @@ def ragged_lengths(trace: dict) -> go.Figure:
     steps = trace.get("steps", [])
     if not steps:
         return _empty(title, "no steps yet")
-    length = dict.fromkeys(_row_indices(trace), 0)
-    series: dict[int, tuple[list, list]] = {i: ([], []) for i in length}
-    for s in steps:
-        for r in s["rows"]:
-            if r["active"]:
-                length[r["index"]] = length.get(r["index"], 0) + len(r["emitted"])
-                xs, ys = series.setdefault(r["index"], ([], []))
-                xs.append(s["step"])
-                ys.append(length[r["index"]])
+    series = length_series(trace, _row_indices(trace))
     if len(series) <= 16:
         data = [go.Scatter(x=xs, y=ys, mode="lines", name=f"row {i}",
                            line={"width": 2, "color": ROW_COLORS[n % len(ROW_COLORS)],
@@ -238,10 +229,9 @@ def ragged_lengths(trace: dict) -> go.Figure:
             text += [f"row {i}"] * len(xs) + [None]
         data = [go.Scatter(x=x, y=y, text=text, mode="lines", name="rows", line={"width": 1},
                            hovertemplate="%{text}: %{y} tokens<extra></extra>")]
-    fig = go.Figure(data)
-    return style(fig, title, 300, showlegend=len(series) <= 16,
-                 xaxis={"title": "step", **int_ticks(_max_step(steps))},
-                 yaxis={"title": "output tokens", **int_ticks(max(length.values(), default=0))})
+    top = max((ys[-1] for _, ys in series.values() if ys), default=0)
+    return style(go.Figure(data), title, 300, showlegend=len(series) <= 16,
+                 xaxis={"title": "step", **int_ticks(_max_step(steps))}, yaxis={"title": "output tokens", **int_ticks(top)})
 
 
 def wasted_slots(trace: dict) -> go.Figure:
@@ -251,9 +241,7 @@ def wasted_slots(trace: dict) -> go.Figure:
     steps = trace.get("steps", [])
     if not steps:
         return _empty(title, "no steps yet")
-    waste = [sum(s["k"] - r["accepted"] for r in s["rows"] if r["active"]) for s in steps]
-    used = [sum(r["accepted"] + 1 for r in s["rows"] if r["active"]) for s in steps]
-    x = [s["step"] for s in steps]
+    x, used, waste = slot_use(trace)
     fig = go.Figure([go.Bar(x=x, y=used, name="output tokens", marker_color=KIND_COLORS["accepted"]),
                      go.Bar(x=x, y=waste, name="wasted slots", marker_color="#d62728")])
     return style(fig, title, 300, barmode="stack", xaxis={"title": "step", **int_ticks(_max_step(steps))},
@@ -262,7 +250,10 @@ def wasted_slots(trace: dict) -> go.Figure:
 
 # ---- timing ----------------------------------------------------------------------------------------
 
-def phase_timeline(trace: dict, max_steps: int = 2000) -> go.Figure:
+TIMELINE_STEPS = 2000  # the step timeline draws the last this many steps (chartcaptions.timeline_sentence too)
+
+
+def phase_timeline(trace: dict, max_steps: int = TIMELINE_STEPS) -> go.Figure:
     """Draft / verify / accept / bookkeeping of every step on one time axis (ms), one lane per phase."""
     title = "Step timeline: draft / verify / accept / bookkeeping"
     steps = trace.get("steps", [])[-max_steps:]
@@ -310,12 +301,7 @@ def token_latency(trace: dict) -> go.Figure:
     steps = trace.get("steps", [])
     if not steps:
         return _empty(title, "no steps yet")
-    lat: dict[int, list[float]] = {i: [] for i in _row_indices(trace)}
-    for s in steps:
-        dur = sum(s.get(f"t_{p}", 0.0) for p in PHASES)
-        for r in s["rows"]:
-            if r["active"] and r["emitted"]:
-                lat.setdefault(r["index"], []).extend([dur / len(r["emitted"]) * 1e3] * len(r["emitted"]))
+    lat = token_latencies(trace, _row_indices(trace))
     x = [f"row {i}" for i, v in lat.items() for _ in v]
     fig = go.Figure(go.Box(x=x, y=[t for v in lat.values() for t in v], boxpoints=False))
     return style(fig, title, 300, yaxis_title="ms per output token", showlegend=False)
@@ -323,13 +309,17 @@ def token_latency(trace: dict) -> go.Figure:
 
 # ---- hardware ----------------------------------------------------------------------------------------
 
+def util_label(samples: list[dict], util_labels: dict | None) -> str:
+    """What the utilization line measures, by the last sample's source (telemetry.UTIL_LABELS)."""
+    return (util_labels or {}).get(samples[-1].get("source") if samples else None, "utilization %")
+
+
 def utilization(trace: dict, util_labels: dict | None = None) -> go.Figure:
     """Telemetry samples over time: utilization % and memory (GiB)."""
-    samples = [s for s in (trace.get("telemetry") or []) if "t" in s]
+    samples = telemetry_samples(trace)
     if not samples:
         return _empty("Utilization", "no samples")
-    source = samples[-1].get("source")
-    label = (util_labels or {}).get(source, "utilization %")
+    label = util_label(samples, util_labels)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12)
     t = [s["t"] for s in samples]
     fig.add_trace(go.Scatter(x=t, y=[s.get("util_pct") for s in samples], mode="lines", name="util %"), 1, 1)

@@ -1,13 +1,17 @@
 """Charts of the analytic model, of sweeps and of the correctness checks: pure functions from
-numbers to plotly figures (no Streamlit). Charts of one run's trace are in specviz.app.charts."""
+numbers to plotly figures, and the sentence that states each chart's key number (no Streamlit).
+Charts of one run's trace are in specviz.app.charts."""
 
 from __future__ import annotations
 
+import html
 from typing import Sequence
 
 import plotly.graph_objects as go
 
+from specviz.analysis.explain import exactness
 from specviz.app.charts import KIND_COLORS, _empty, int_ticks, style
+from specviz.app.safetext import md_escape
 
 BATCH_TICKS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 MEASURED = {"size": 13, "symbol": "x", "color": "black"}
@@ -122,3 +126,78 @@ def distribution_chart(counts: Sequence[float], expected: Sequence[float]) -> go
     fig = go.Figure([go.Bar(name="observed", x=x, y=list(counts)), go.Bar(name="expected n·p", x=x, y=list(expected))])
     return style(fig, "First output token: observed counts vs the target's n·p", 300, barmode="group",
                  xaxis={"title": "token id", "dtick": 1, "tickformat": "d"}, yaxis_title="count (rows)")
+
+
+# ---- each chart in a sentence, from the same numbers the chart draws ----------------------------------
+
+def _best_k(ys: Sequence[float]) -> tuple[int, float]:
+    """(k, speedup) at the top of one speedup-vs-k curve (the smallest such k on a tie)."""
+    k = max(range(len(ys)), key=lambda j: (ys[j], -j))
+    return k, ys[k]
+
+
+def speedup_vs_k_sentence(curves: dict[int, Sequence[float]], b: int) -> str:
+    """speedup_vs_k's curves: the best k and its speedup at batch size ``b`` and at the largest batch size."""
+    if b not in curves or not curves[b]:
+        return "No curve to show."
+    k, s = _best_k(curves[b])
+    text = f"At b = {b} the model's best draft length is **k = {k}, for {s:.2f}x**"
+    if (big := max(curves)) != b:
+        k2, s2 = _best_k(curves[big])
+        text += f"; at b = {big} it is k = {k2}, for {s2:.2f}x"
+    return text + "."
+
+
+def optimal_k_sentence(batch_sizes: Sequence[int], ks: Sequence[int], measured: Sequence[dict] = ()) -> str:
+    """optimal_k_curve's numbers: k* at the smallest and the largest batch size, and the measured best k."""
+    if not ks:
+        return "No batch size to show."
+    (b0, k0), (b1, k1) = (batch_sizes[0], ks[0]), (batch_sizes[-1], ks[-1])
+    move = (f"stays at **{k0}** from b = {b0} to b = {b1}" if k0 == k1 else
+            f"{'falls' if k1 < k0 else 'rises'} from **{k0} at b = {b0} to {k1} at b = {b1}**")
+    seen = "; ".join(f"k = {m['k']} at b = {m['b']} ({m['speedup']:.2f}x)" for m in measured)
+    return f"The model's best draft length k* {move}." + (f" Measured best: {seen}." if seen else "")
+
+
+def k_compare_sentence(batch_sizes: Sequence[int], series: dict[str, Sequence[int]]) -> str:
+    """optimal_k_compare's lines: each one's k* at the smallest and the largest batch size. The names are
+    optimal_k_compare's (HTML-escaped for plotly); the sentence shows them as Markdown text."""
+    if not series or not batch_sizes:
+        return "No cost model to compare."
+    names = [md_escape(html.unescape(name)) for name in series]
+    at = lambda i: " and ".join(f"{ks[i]} for {n}" for n, ks in zip(names, series.values()))  # noqa: E731
+    return f"At b = {batch_sizes[0]} the best k is {at(0)}; at b = {batch_sizes[-1]}, {at(-1)}."
+
+
+def bk_sentence(batch_sizes: Sequence[int], ks: Sequence[int], z: Sequence[Sequence[float | None]],
+                what: str = "predicted") -> str:
+    """bk_heatmap's cells: the fastest one, and how many are slower than regular decoding (below 1x)."""
+    cells = [(v, b, k) for b, row in zip(batch_sizes, z) for k, v in zip(ks, row) if v is not None]
+    if not cells:
+        return f"No {what} cell yet."
+    v, b, k = max(cells, key=lambda c: c[0])
+    slower = sum(c[0] < 1.0 for c in cells)
+    return (f"**The best {what} cell is {v:.2f}x, at b = {b}, k = {k}**; {slower} of {len(cells)} cells are below 1x "
+            "(slower than regular decoding).")
+
+
+def divergence_sentence(rows: Sequence[dict]) -> str:
+    """divergence_chart's rows: how many are identical, and the earliest divergence with its margin."""
+    if not rows:
+        return "No rows checked yet."
+    ex = exactness(list(rows))
+    if not ex["diverged"]:
+        return f"**All {ex['rows']} rows are identical to regular decoding** over their whole output."
+    first = min(ex["diverged"], key=lambda d: d["position"] if d["position"] is not None else float("inf"))
+    margin = f" (logit margin {first['margin']:.3g} there)" if first.get("margin") is not None else ""
+    return (f"**{ex['identical']} of {ex['rows']} rows are identical to regular decoding**; row {first['row']} "
+            f"diverged earliest, at output token {first['position']}{margin}.")
+
+
+def distribution_sentence(counts: Sequence[float], expected: Sequence[float]) -> str:
+    """distribution_chart's bars: the token whose observed count is furthest from n·p."""
+    if not counts:
+        return "No counts yet."
+    j = max(range(len(counts)), key=lambda i: abs(counts[i] - expected[i]))
+    return (f"Over {sum(counts):.0f} rows, **the largest gap is token {j}: {counts[j]:.0f} observed against "
+            f"{expected[j]:.1f} expected**; every other token is closer to n·p.")

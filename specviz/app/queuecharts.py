@@ -96,21 +96,31 @@ def slot_timeline(trace: dict, max_labels: int = 64) -> go.Figure:
                  yaxis={"categoryorder": "array", "categoryarray": [f"slot {s}" for s in reversed(lanes)]})
 
 
+def queue_series(trace: dict) -> tuple[list[float], list[int], list[int]]:
+    """Per step: (its start in s, requests waiting for a slot, slots busy)."""
+    steps = trace.get("steps", [])
+    return ([s["t_start"] for s in steps], [s.get("queue_length", 0) for s in steps],
+            [s.get("batch_size", sum(1 for r in s["rows"] if r.get("active"))) for s in steps])
+
+
 def queue_length(trace: dict) -> go.Figure:
     """Per step: requests that had arrived and waited for a slot, and the slots busy."""
     title = "Queue: waiting requests and busy slots"
     steps = trace.get("steps", [])
     if not steps:
         return _empty(title, "no steps yet")
-    t = [s["t_start"] for s in steps]
-    waiting = [s.get("queue_length", 0) for s in steps]
-    busy = [s.get("batch_size", sum(1 for r in s["rows"] if r.get("active"))) for s in steps]
+    t, waiting, busy = queue_series(trace)
     fig = go.Figure([
         go.Scatter(x=t, y=waiting, mode="lines", line_shape="hv", name="waiting requests", fill="tozeroy"),
         go.Scatter(x=t, y=busy, mode="lines", line_shape="hv", name="busy slots", line={"dash": "dot"}),
     ])
     return style(fig, title, 280, xaxis={"title": "s since start"},
                  yaxis={"title": "requests", **int_ticks(max(waiting + busy))})
+
+
+def p50(values: list[float]) -> float:
+    """The median the latency chart marks (the upper middle value of an even count)."""
+    return sorted(values)[len(values) // 2]
 
 
 def latency_values(trace: dict) -> dict[str, list[float]]:
@@ -134,7 +144,46 @@ def latency_distributions(trace: dict) -> go.Figure:
             continue
         fig.add_trace(go.Histogram(x=xs, nbinsx=min(30, max(5, len(xs))), marker_color=color, name=key,
                                    hovertemplate="%{x} ms: %{y} requests<extra></extra>"), row=1, col=col)
-        med = sorted(xs)[len(xs) // 2]
+        med = p50(xs)
         fig.add_vline(x=med, line_dash="dash", row=1, col=col, annotation_text=f"p50 {med:.0f}")
     fig.update_yaxes(title_text="requests", row=1, col=1)
     return style(fig, title, 300, showlegend=False)
+
+
+# ---- each chart in a sentence, from the same numbers (specviz.app.chartcaptions for the run's charts) -------
+
+def slot_timeline_sentence(trace: dict) -> str:
+    """The slot timeline: how many requests went through how many slots, and the share of slot time idle."""
+    spans = slot_spans(trace)
+    if not spans:
+        return "No steps yet: this chart fills in as the run goes."
+    idle = idle_spans(trace, spans)
+    lanes = {x["slot"] for x in spans} | {x["slot"] for x in idle}
+    busy_s = sum(x["end_s"] - x["start_s"] for x in spans)
+    idle_s = sum(x["end_s"] - x["start_s"] for x in idle)
+    share = idle_s / (busy_s + idle_s) if busy_s + idle_s else 0.0
+    return (f"{len({x['index'] for x in spans})} requests went through {len(lanes)} slots; **the slots stood idle "
+            f"{100 * share:.0f}% of the time** (grey), waiting for an arrival or after the queue ran dry.")
+
+
+def queue_sentence(trace: dict) -> str:
+    """The queue chart: the most requests that waited at once, and the mean of the busy slots."""
+    t, waiting, busy = queue_series(trace)
+    if not t:
+        return "No steps yet: this chart fills in as the run goes."
+    busy_mean = f"{sum(busy) / len(busy):.1f} slots were busy per step on average"
+    most = max(range(len(t)), key=waiting.__getitem__)
+    if not waiting[most]:
+        return f"**No request waited for a slot**; {busy_mean}."
+    who = "1 request" if waiting[most] == 1 else f"{waiting[most]} requests"
+    return f"**At most {who} waited for a slot** (at {t[most]:.2f} s); {busy_mean}."
+
+
+def latency_sentence(trace: dict) -> str:
+    """The latency chart: the medians it marks, over the finished requests."""
+    v = latency_values(trace)
+    if not v["ttft_ms"]:
+        return "Per-request latencies appear when the run has finished."
+    tpot = f"; time per output token {p50(v['tpot_ms']):.0f} ms" if v["tpot_ms"] else ""
+    return (f"Over {len(v['ttft_ms'])} finished requests, the median **time to first token was "
+            f"{p50(v['ttft_ms']):.0f} ms**{tpot}.")

@@ -1,7 +1,7 @@
 """The Live page's request queue (issue 17): its two controls and its charts. The page calls
-``controls()`` among its widgets, ``lengths_chart(trace)`` where the ragged-lengths view goes, and
-``draw(trace)`` after its chart grid; the state keys and their RunConfig fields are
-specviz.app.state's QUEUE_DEFAULTS and queue_settings.
+``controls()`` among its widgets and ``draw(trace)`` after its chart grid (whose ragged-lengths place
+shows the slot timeline under a queue: specviz.app.chartcaptions.lengths_view); the state keys and
+their RunConfig fields are specviz.app.state's QUEUE_DEFAULTS and queue_settings.
 
 A static run (requests = batch size, no arrivals) looks as before: the ragged-lengths chart and
 no queue section.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz.app import queuecharts, runlabel
-from specviz.app.charts import ragged_lengths
 from specviz.bounds import SLIDERS
 
 
@@ -25,11 +24,6 @@ def controls() -> None:
     st.number_input("Arrival rate, requests/s (0 = all queued at the start)", min_value=SLIDERS["arrival_rate"][0],
                     max_value=SLIDERS["arrival_rate"][1], step=SLIDERS["arrival_rate"][3], key="arrival_rate",
                     help="Poisson arrivals, seeded by Seed")
-
-
-def lengths_chart(trace: dict):
-    """The ragged-lengths view: under a queue it becomes the slot timeline."""
-    return queuecharts.slot_timeline(trace) if queuecharts.is_queued(trace) else ragged_lengths(trace)
 
 
 def summary_line(trace: dict) -> str | None:
@@ -55,4 +49,6 @@ def draw(trace: dict) -> None:
         st.caption(line)
     left, right = st.columns(2)
     left.plotly_chart(runlabel.mark(queuecharts.queue_length(trace), trace), key="queue_length")
+    left.caption(queuecharts.queue_sentence(trace))
     right.plotly_chart(runlabel.mark(queuecharts.latency_distributions(trace), trace), key="latency_distributions")
+    right.caption(queuecharts.latency_sentence(trace))

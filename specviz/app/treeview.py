@@ -98,14 +98,20 @@ def layout(parents: list[int]) -> tuple[list[int], list[float]]:
     return [depth[i] for i in range(len(parents))], [y[i] for i in range(len(parents))] + [y[-1]]
 
 
+def tree_row(trace: dict, row: int, step_pos: int) -> dict | None:
+    """Row ``row``'s record with a tree at step position ``step_pos``, or None."""
+    steps = trace.get("steps", [])
+    if not 0 <= step_pos < len(steps):
+        return None
+    return next((x for x in steps[step_pos]["rows"] if x.get("index") == row and x.get("tree")), None)
+
+
 def tree_figure(trace: dict, row: int, step_pos: int, decode: Decode | None = None) -> go.Figure:
     """Row ``row``'s tree at step position ``step_pos``: nodes by depth (x) and branch (y), the
     accepted path's edges bold, colour = role; hover shows the token, draft probability and rank."""
     steps = trace.get("steps", [])
     title = "Token tree of one row-step"
-    r = None
-    if 0 <= step_pos < len(steps):
-        r = next((x for x in steps[step_pos]["rows"] if x.get("index") == row and x.get("tree")), None)
+    r = tree_row(trace, row, step_pos)
     if r is None:
         return _empty(title, "no tree for this row and step")
     t = r["tree"]
@@ -223,6 +229,32 @@ def origin_sentence(trace: dict) -> str | None:
             "followed this text before, in this request and earlier ones; it costs no model forward.")
 
 
+# ---- each chart in a sentence, from the same numbers ----------------------------------------------
+
+def tree_sentence(trace: dict, row: int, step_pos: int) -> str:
+    """One row-step's tree: nodes drafted, nodes accepted along the path, and the token the target added."""
+    r = tree_row(trace, row, step_pos)
+    if r is None:
+        return "No tree for this row and step."
+    roles, final = node_roles(r["tree"], list(r["emitted"]))
+    then = f"then the target added a {final} token" if final else "then the row reached its token limit"
+    return (f"Row {row} at step {trace['steps'][step_pos]['step']}: the draft proposed {len(roles)} nodes and **the "
+            f"target accepted {roles.count('accepted')} of them** along one path; {then}.")
+
+
+def depth_rank_sentence(trace: dict) -> str:
+    """The depth x rank heatmap: the top guess at depth 1, and the cell that accepted least."""
+    counts = {key: (a, n) for key, (a, n) in acceptance_by_depth_rank(trace.get("steps", [])).items() if n}
+    if not counts:
+        return "No tree steps yet: this chart fills in as the run goes."
+    (d, r), (a, n) = min(counts.items(), key=lambda kv: kv[1][0] / kv[1][1])
+    first = counts.get((1, 0))
+    lead = (f"**The top guess at depth 1 was accepted in {first[0]} of {first[1]} tries ({first[0] / first[1]:.2f})**; "
+            if first else "")
+    low = f"the lowest rate, {a / n:.2f} ({a} of {n}), was at depth {d}, rank {r}."
+    return lead + low if lead else low[:1].upper() + low[1:]
+
+
 # ---- the Live page's block --------------------------------------------------------------------
 
 def section(trace: dict, decode: Decode | None = None) -> None:
@@ -244,9 +276,11 @@ def section(trace: dict, decode: Decode | None = None) -> None:
         n = 0
     left, right = st.columns(2)
     left.plotly_chart(tree_figure(trace, row, at[n], decode), key="tree_view")
+    left.caption(tree_sentence(trace, row, at[n]))
     if legend := origin_sentence(trace):
         left.caption(legend)
     right.plotly_chart(depth_rank_heatmap(trace), key="tree_depth_rank")
+    right.caption(depth_rank_sentence(trace))
     pm = predicted_vs_measured(trace)
     if pm:
         right.caption(f"Mean acceptance length (output tokens per row-step): {pm[1]:.2f} measured, {pm[0]:.2f} predicted by our tree formula "
