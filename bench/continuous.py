@@ -109,7 +109,7 @@ def main() -> int:
                                                     flush=True))
     print(f"\n{target.name} ({target.dtype}) + {proposer.name}, {a.requests} requests through {a.batch_size} slots, "
           f"{a.max_new_tokens} new tokens, all queued at t = 0, {a.rounds} interleaved rounds")
-    print(f"{'arm':<16} {'tok/s':>7} {'vs regular':>10} {'accept':>7} {'p50 lat':>8} {'p95 lat':>8} "
+    print(f"{'arm':<16} {'tok/s':>7} {'vs regular':>10} {'acceptance rate':>15} {'p50 lat':>8} {'p95 lat':>8} "
           f"{'predicted tok/s':>15} {'pred/meas':>9} {'k used':>8}")
     table = {}
     for lbl in cfgs:
@@ -131,7 +131,7 @@ def main() -> int:
                       "latency_p95_s": s["latency_p95_s"], "ttft_p50_s": s["ttft_p50_s"], "predicted_tok_s": pred,
                       "mean_k": k_mean, "join_prefill_s": s["join_prefill_s"], "wall_s": s["wall_s"]}
         acc = f"{r.acceptance:.3f}" if r.acceptance is not None and r.acceptance == r.acceptance else "-"
-        print(f"{lbl:<16} {r.median_tok_s:7.1f} {r.median_ratio:9.2f}x {acc:>7} {s['latency_p50_s']:8.2f} "
+        print(f"{lbl:<16} {r.median_tok_s:7.1f} {r.median_ratio:9.2f}x {acc:>15} {s['latency_p50_s']:8.2f} "
               f"{s['latency_p95_s']:8.2f} {pred or float('nan'):15.1f} {(pred or float('nan')) / r.median_tok_s:9.2f} "
               f"{k_mean:8.2f}")
     if costs is not None:
@@ -159,7 +159,7 @@ def merge(paths: list[str]) -> int:
     arms = list(dict.fromkeys(k for r in runs for k in r if k != "ceiling"))  # every arm of every run, in order
     reg_pred = statistics.mean(r["regular"]["predicted_tok_s"] for r in runs if r["regular"].get("predicted_tok_s"))
     print(f"{len(paths)} runs, {sum(len(r['regular']['tok_s_rounds']) for r in runs)} rounds pooled")
-    print(f"{'arm':<16} {'tok/s':>7} {'vs regular':>10} {'accept':>7} {'p50 lat':>8} {'p95 lat':>8} {'compact':>7} "
+    print(f"{'arm':<16} {'tok/s':>7} {'vs regular':>10} {'acceptance rate':>15} {'p50 lat':>8} {'p95 lat':>8} {'compact':>7} "
           f"{'pred tok/s':>10} {'pred/meas':>9} {'pred ratio':>10} {'k used':>7}")
     for lbl in arms:
         got = [r[lbl] for r in runs if lbl in r]
@@ -169,7 +169,7 @@ def merge(paths: list[str]) -> int:
         pred = statistics.mean(preds) if preds else float("nan")
         acc = [g["acceptance"] for g in got if g.get("acceptance") is not None and g["acceptance"] == g["acceptance"]]
         mean = lambda key: statistics.mean(g[key] for g in got)  # noqa: E731
-        print(f"{lbl:<16} {tok:7.1f} {ratio:9.2f}x {(statistics.mean(acc) if acc else float('nan')):7.3f} "
+        print(f"{lbl:<16} {tok:7.1f} {ratio:9.2f}x {(statistics.mean(acc) if acc else float('nan')):15.3f} "
               f"{mean('latency_p50_s'):8.2f} {mean('latency_p95_s'):8.2f} {mean('compactions'):7.1f} {pred:10.1f} "
               f"{pred / tok:9.2f} {pred / reg_pred:9.2f}x {mean('mean_k'):7.2f}")
     ceil = [r["ceiling"] for r in runs if "ceiling" in r]

@@ -63,12 +63,12 @@ def arms_for(target, prompts, B, k, max_new, drafts: dict, trees: bool):
 
 def report(title: str, results) -> None:
     print(f"\n{title}")
-    print(f"{'arm':<24} {'tok/s':>7} {'x regular (median, range)':>27} {'accept':>7} {'draft ms/step':>14}")
+    print(f"{'arm':<24} {'tok/s':>7} {'x regular (median, range)':>27} {'acceptance rate':>15} {'draft ms/step':>14}")
     for label, r in results.items():
         acc = r.acceptance
         ms = draft_ms([t for round_ in r.traces for t in round_])
         print(f"{label:<24} {r.median_tok_s:7.1f} {r.median_ratio:8.2f}x ({min(r.ratio):.2f}-{max(r.ratio):.2f})"
-              f"{'':>8} {acc if acc == acc else float('nan'):7.3f} {'' if ms is None else f'{ms:14.2f}'}", flush=True)
+              f"{'':>8} {acc if acc == acc else float('nan'):15.3f} {'' if ms is None else f'{ms:14.2f}'}", flush=True)
 
 
 def main() -> None:

@@ -97,8 +97,8 @@ def main() -> int:
             rows.append(row(mode, r))
             print(format_result(r) + "\n" + rows[-1] + "\n", flush=True)
     print("| mode | slots | requests | ours tok/s | vLLM tok/s | ours/vLLM | TTFT p50 ms ours / vLLM | "
-          "TPOT p50 ms ours / vLLM | acceptance rate ours / vLLM | mean acc. length ours / vLLM | "
-          "per position | greedy identical |")
+          "TPOT p50 ms ours / vLLM | acceptance rate ours / vLLM | mean acceptance length ours / vLLM | "
+          "acceptance per position | greedy identical |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0

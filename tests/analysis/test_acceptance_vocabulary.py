@@ -22,14 +22,15 @@ SOURCES = sorted([*(ROOT / "specviz").rglob("*.py"), *(ROOT / "pages").glob("*.p
                   ROOT / "app.py"])
 NUMERATOR = {"accepted", "acc", "succ", "successes"}  # name parts of accepted-token counts
 DENOMINATOR = {"drafted", "drafts", "draft", "tried", "trials", "tries", "steps", "step", "rounds", "rows", "k"}
-# Where a reader reads these numbers: the pages, their helpers, the CLI and what it prints.
+# Where a reader reads these numbers: the pages, their helpers, the CLI, and the tables bench/ prints.
 USER_FACING = sorted([*(ROOT / "pages").glob("*.py"), *(ROOT / "specviz" / "app").glob("*.py"), ROOT / "app.py",
                       ROOT / "specviz" / "cli.py", ROOT / "specviz" / "analysis" / "summarytext.py",
                       ROOT / "specviz" / "peers" / "bench.py", ROOT / "specviz" / "peers" / "llamacpp.py",
-                      ROOT / "specviz" / "peers" / "tune.py", ROOT / "specviz" / "distill" / "report.py"])
+                      ROOT / "specviz" / "peers" / "tune.py", ROOT / "specviz" / "distill" / "report.py",
+                      *(ROOT / "bench").glob("*.py")])
 # Other names for the defined quantities that have been used: each must not come back.
 RETIRED = [r"α fit", r"\balpha fit\b", r"output tokens ?/ ?step", r"\baccept rate\b", r"acceptance ratio",
-           r"tok/step", r"\bmean len\b", r"(?<!mean )acceptance length"]
+           r"tok/step", r"\bmean len\b", r"mean acc\. length", r"(?<!mean )acceptance length"]
 
 
 def _parts(node: ast.AST) -> set[str]:
