@@ -4,7 +4,7 @@ import streamlit as st
 from streamlit import config as st_config
 
 from specviz.app import state as appstate
-from specviz.app.safetext import md_escape
+from specviz.figures.safetext import md_escape
 from specviz.common import SpecvizError
 
 st.set_page_config(page_title="specviz: speculative decoding, live", page_icon="⏩", layout="wide",

@@ -3,7 +3,7 @@ page predicts for it, phase by phase.
 
 The run is the one the Live page makes with its defaults (the first four chat prompts, the default
 pair, b = 1, k = 2, 64 tokens, race on), made by the device process's own job
-(specviz.app.devicejobs.run: warm-up, the speculative run, then regular decoding on the same prompts).
+(specviz.device.devicejobs.run: warm-up, the speculative run, then regular decoding on the same prompts).
 Before the rounds the pair is calibrated as the page's first run does (specviz.measure.quickcal;
 ``--keep-calibration`` uses the record already on disk). Each round prints:
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from specviz.analysis import explain  # noqa: E402
 from specviz.analysis.costs import trace_calibration  # noqa: E402
 from specviz.analysis.tracestats import predicted_speedup  # noqa: E402
-from specviz.app import devicejobs  # noqa: E402
+from specviz.device import devicejobs  # noqa: E402
 from specviz.measure.quickcal import first_run_calibration  # noqa: E402
 from specviz.prompts import sets as promptsets  # noqa: E402
 from specviz.runconfig import RunConfig  # noqa: E402

@@ -5,8 +5,10 @@ import pandas as pd
 import streamlit as st
 
 from specviz.analysis.explain import exactness
-from specviz.app import devicequeue, modelcharts, runlabel, state as appstate, tokentext
-from specviz.app.safetext import md_escape
+from specviz.device import devicequeue
+from specviz.figures import modelcharts, runlabel, tokentext
+from specviz.app import state as appstate
+from specviz.figures.safetext import md_escape
 from specviz.common import SpecvizError
 from specviz.prompts import sets as promptsets
 from specviz.runconfig import RunConfig
@@ -48,7 +50,7 @@ if st.button("Check exactness", key="corr_run", type="primary", disabled=job is 
         st.error(str(e))
     else:
         st.session_state["corr_rows"] = None
-        # both modes on the fp32 target, in the device process (specviz.app.devicejobs.exactness)
+        # both modes on the fp32 target, in the device process (specviz.device.devicejobs.exactness)
         job = appstate.start_job("exactness", appstate.model_lock(), "an exactness check", cfg=cfg)
         st.session_state[JOB_KEY] = job
         st.rerun()  # draw the button again, disabled while the job runs

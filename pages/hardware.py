@@ -4,8 +4,10 @@ import streamlit as st
 
 from specviz import telemetry
 from specviz.analysis.hardware import verify_use
-from specviz.app import chartcaptions, charts, devicequeue, runlabel, state as appstate
-from specviz.app.safetext import md_escape
+from specviz.figures import chartcaptions, charts, runlabel
+from specviz.device import devicequeue
+from specviz.app import state as appstate
+from specviz.figures.safetext import md_escape
 from specviz.analysis.costs import trace_calibration
 from specviz.common import SpecvizError
 from specviz.measure.hostload import load_warning

@@ -1,6 +1,6 @@
 """Live: run batched speculative decoding on the sidebar's pair and watch it, step by step.
 
-Decoding runs in the device process (specviz.app.deviceclient, specviz.app.worker); this page
+Decoding runs in the device process (specviz.device.deviceclient, specviz.device.worker); this page
 draws its snapshots, at a rate that leaves the cores to the decoder (TEXT_S, CHART_S below).
 """
 
@@ -10,10 +10,12 @@ import time
 import streamlit as st
 
 from specviz.analysis import explain
-from specviz.app import state as appstate, chartcaptions, charts, devicequeue, firstcal, runlabel, showcase, tokentext
+from specviz.app import state as appstate, firstcal, showcase
+from specviz.figures import chartcaptions, charts, runlabel, tokentext
+from specviz.device import devicequeue
 from specviz.app import treeview, queueview
 from specviz.app.headline import headline
-from specviz.app.safetext import md_escape
+from specviz.figures.safetext import md_escape
 from specviz.app.upload import read_trace_upload, trace_csv_zip
 
 from specviz.prompts import sets as promptsets
@@ -31,7 +33,7 @@ TREE_BOUNDS = (4, 16)  # the tree controller's widest W and most nodes N (the CL
 
 appstate.init_state()
 appstate.warm_up()  # the decode worker process starts now, not when Run is pressed
-appstate.yield_cores()  # this page's drawing runs nicer than the decode worker (specviz.app.worker)
+appstate.yield_cores()  # this page's drawing runs nicer than the decode worker (specviz.device.worker)
 st.session_state.setdefault("prompts_text", promptsets.to_text(promptsets.CHAT[:4]))
 st.session_state.setdefault("chart_s", CHART_S[0])
 

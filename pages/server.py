@@ -1,11 +1,13 @@
 """Server: attach to any vLLM server (local or a cluster's) and watch its speculative decoding from
 its /metrics, once a second, with the analytic model's prediction beside it and the k it recommends.
 Until something answers at the address the page explains itself and, where vLLM is installed, starts
-one (specviz.app.localvllm). No model loads here."""
+one (specviz.device.localvllm). No model loads here."""
 
 import streamlit as st
 
-from specviz.app import exposure, localvllm, recommend, servercharts, servermon, state as appstate
+from specviz.app import exposure, recommend, servermon, state as appstate
+from specviz.device import localvllm
+from specviz.figures import servercharts
 from specviz.common import SpecvizError
 from specviz.peers import metrics
 from specviz.peers.metrics import PER_POSITION
@@ -120,7 +122,7 @@ def explanation(url: str) -> None:
 
 
 def local_server(url: str, answered: bool) -> None:
-    """The server this app starts (specviz.app.localvllm): Start while nothing answers here (or after it
+    """The server this app starts (specviz.device.localvllm): Start while nothing answers here (or after it
     ended), then where it is, its last log lines, and Stop."""
     if exposure.exposed_now():
         return
@@ -212,22 +214,31 @@ def charts_panel():
     except SpecvizError as e:
         st.error(str(e))
         pred = None
-    charts = []  # (key, figure), drawn two a row in this order
+    charts = []  # (key, figure, its sentence), drawn two a row in this order
     if total.has_spec:
-        charts += [("server_per_position", servercharts.per_position_over_time(rows)),
+        acc_fields = {"acceptance rate": "acceptance_rate", "α": "alpha"}
+        acc_model = {"model α": pred["alpha"]} if pred else None
+        len_fields = {"mean acceptance length": "mean_acceptance_length"}
+        len_model = {"model E(α, k)": pred["expected_length"]} if pred else None
+        charts += [("server_per_position", servercharts.per_position_over_time(rows),
+                    servercharts.per_position_sentence(rows)),
                    ("server_acceptance", servercharts.over_time(
-                       rows, {"acceptance rate": "acceptance_rate", "α": "alpha"}, "Acceptance over time",
-                       {"title": "fraction", "range": [0, 1.02]}, {"model α": pred["alpha"]} if pred else None)),
+                       rows, acc_fields, "Acceptance over time", {"title": "fraction", "range": [0, 1.02]}, acc_model),
+                    servercharts.over_time_sentence(rows, acc_fields, model=acc_model)),
                    ("server_length", servercharts.over_time(
                        rows, {"measured": "mean_acceptance_length"}, "Mean acceptance length over time",
-                       "output tokens per draft", {"model E(α, k)": pred["expected_length"]} if pred else None))]
+                       "output tokens per draft", len_model),
+                    servercharts.over_time_sentence(rows, len_fields, " tokens per draft", len_model))]
+    req_fields = {"running": "running", "waiting": "waiting"}
     charts += [("server_throughput", servercharts.over_time(rows, {"output tokens/s": "throughput"}, "Throughput",
-                                                            "tokens / s")),
-               ("server_requests", servercharts.over_time(rows, {"running": "running", "waiting": "waiting"},
-                                                          "Requests", "requests"))]
+                                                            "tokens / s"),
+                servercharts.over_time_sentence(rows, {"output tokens/s": "throughput"}, digits=1)),
+               ("server_requests", servercharts.over_time(rows, req_fields, "Requests", "requests"),
+                servercharts.over_time_sentence(rows, req_fields, digits=0))]
     for i in range(0, len(charts), 2):
-        for col, (key, fig) in zip(st.columns(2), charts[i:i + 2]):
+        for col, (key, fig, sentence) in zip(st.columns(2), charts[i:i + 2]):
             col.plotly_chart(fig, key=key)
+            col.caption(sentence)
 
     st.subheader("The analytic model at the observed α")
     if pred is None:
@@ -243,6 +254,7 @@ def charts_panel():
     if total.acceptance_per_position is not None:
         p2.plotly_chart(servercharts.per_position_vs_model(total.acceptance_per_position, pred["per_position"]),
                         key="server_position_model")
+        p2.caption(servercharts.position_vs_model_sentence(total.acceptance_per_position, pred["per_position"]))
     else:
         p2.caption(f"no {PER_POSITION} on this server: per-position acceptance not shown")
 

@@ -9,8 +9,9 @@ import streamlit as st
 from specviz.analysis import analytic as an
 from specviz.analysis.costs import synthetic_calibrations, trace_calibration
 from specviz.analysis.explain import batch_gain_reason, measured_speedup
-from specviz.app import modelcharts, recommend, runlabel, state as appstate, tokentext
-from specviz.app.safetext import md_escape
+from specviz.figures import modelcharts, runlabel, tokentext
+from specviz.app import recommend, state as appstate
+from specviz.figures.safetext import md_escape
 from specviz.common import SpecvizError
 from specviz.peers import tune
 

@@ -2,7 +2,7 @@
 
 The page only starts and draws: ``python -m specviz sweep``'s own function
 (specviz.measure.sweep.sweep_config: the cached calibration or a new one, then every cell
-interleaved regular / speculative) runs as a job of the device process (specviz.app.devicejobs),
+interleaved regular / speculative) runs as a job of the device process (specviz.device.devicejobs),
 so the numbers are the CLI's and the UI is never blocked.
 """
 
@@ -10,7 +10,9 @@ import pandas as pd
 import streamlit as st
 
 from specviz.analysis.explain import drift_warning
-from specviz.app import devicequeue, modelcharts, state as appstate, tokentext
+from specviz.device import devicequeue
+from specviz.figures import modelcharts, tokentext
+from specviz.app import state as appstate
 from specviz.common import SpecvizError
 from specviz.prompts import sets as promptsets
 from specviz.runconfig import RunConfig

@@ -25,7 +25,7 @@ def test_a_module_run_with_m_keeps_its_arguments_and_not_the_working_directory(t
 
 
 def test_the_decode_worker_starts_from_a_folder_with_a_planted_torch(tmp_path, monkeypatch):
-    from specviz.app.worker import Worker
+    from specviz.device.worker import Worker
 
     (tmp_path / "torch.py").write_text("raise SystemExit('the planted torch.py ran')\n")
     monkeypatch.chdir(tmp_path)

@@ -24,6 +24,9 @@ LAYERS = [
     {"specviz.peers"},  # talking to other servers (vLLM): process control, /metrics parsing
     {"specviz.distill"},
     {"specviz.checks", "specviz.interrupts"},  # the CLI's input checks and signal handling, under it
+    # what the pages draw (pure figures and text) and the one device process with its client: side by side,
+    # neither imports the other; the Streamlit code above them uses both
+    {"specviz.figures", "specviz.device"},
     {"specviz.app", "specviz.cli"},
     {"specviz.__main__"},
 ]
@@ -110,6 +113,11 @@ def test_measure_never_imports_distill_and_the_engine_never_imports_streamlit():
         text = path.read_text()
         if name.startswith(("specviz.engine", "specviz.models", "specviz.analysis", "specviz.run", "specviz.measure")):
             assert "import streamlit" not in text, name
+
+
+def test_only_the_app_package_is_streamlit_code_figures_and_the_device_process_are_not():
+    streamlit = {name for name, path in modules() if "import streamlit" in path.read_text()}
+    assert streamlit and all(name.startswith("specviz.app.") for name in streamlit), sorted(streamlit)
 
 
 def test_there_is_no_import_circle():

@@ -1,4 +1,4 @@
-"""Stand-ins for the decode worker process (specviz.app.worker): the tiny model and slow or endless
+"""Stand-ins for the decode worker process (specviz.device.worker): the tiny model and slow or endless
 step loops, registered as named jobs of the device process beside the real ones. The worker
 imports this module because tests/conftest.py names it in $SPECVIZ_WORKER_JOBS; a test picks a
 stand-in by its name, e.g. ``monkeypatch.setattr(deviceclient, "RUN_JOB", "tiny-run")``."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import time
 
-from specviz.app import devicejobs
+from specviz.device import devicejobs
 
 STEP_S = 0.02  # a pause per step, so a run lasts long enough to watch (about 1-3 tokens per step)
 _tiny = None
@@ -81,7 +81,7 @@ devicejobs.JOBS.update({
 })
 
 
-# ---- stand-ins for the pages' measuring jobs (tests/app/test_deviceclient.py) -------------------------------
+# ---- stand-ins for the pages' measuring jobs (tests/device/test_deviceclient.py) -------------------------------
 
 def count(ctx, n: int = 3):
     for i in range(n):

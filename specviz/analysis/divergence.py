@@ -22,3 +22,16 @@ def divergence_rows(spec: dict, regular: dict, margin: Callable[[list[int]], flo
         rows.append({"index": s["index"], "match": pos is None, "first_divergence": pos, "margin": m,
                      "length": len(b), "speculative": a, "regular": b})
     return rows
+
+
+def first_difference(speculative: list[int], regular: list[int], position: int, decode: Callable[[list[int]], str],
+                     before: int = 24, after: int = 16) -> dict:
+    """The two outputs of one row around their first difference, as text: up to ``before`` tokens they share
+    ("shared", with "cut": whether earlier text was left out), then from ``position`` each side's first
+    differing token ("speculative_token", "regular_token"; "" where that side ended) and up to ``after``
+    tokens after it ("speculative_rest", "regular_rest")."""
+    start = max(0, position - before)
+    side = lambda ids: (decode(ids[position:position + 1]), decode(ids[position + 1:position + 1 + after]))  # noqa: E731
+    (s_tok, s_rest), (r_tok, r_rest) = side(speculative), side(regular)
+    return {"position": position, "shared": decode(regular[start:position]), "cut": start > 0,
+            "speculative_token": s_tok, "speculative_rest": s_rest, "regular_token": r_tok, "regular_rest": r_rest}

@@ -1,5 +1,5 @@
-"""The numbers the Live page's run charts draw, counted once: specviz.app.charts draws them and
-specviz.app.chartcaptions states them in a sentence, so a chart and its sentence cannot disagree.
+"""The numbers the Live page's run charts draw, counted once: specviz.figures.charts draws them and
+specviz.figures.chartcaptions states them in a sentence, so a chart and its sentence cannot disagree.
 
 Pure functions of a trace dict (specviz.analysis.trace format), a run in progress or an empty one;
 no plotly, no Streamlit. Words as on the pages (SPECDEC.md): a *row-step* is one row in one step;

@@ -21,12 +21,12 @@ import streamlit as st
 
 from specviz.analysis.costs import stale_reason, trace_calibration
 from specviz.app import state as appstate
-from specviz.app.deviceclient import DeviceJob
-from specviz.app.safetext import md_escape
+from specviz.device.deviceclient import DeviceJob
+from specviz.figures.safetext import md_escape
 from specviz.common import cache_dir
 
 ENV = "SPECVIZ_AUTO_CALIBRATE"
-JOB = "calibrate"  # the device process's job (specviz.app.devicejobs.calibrate)
+JOB = "calibrate"  # the device process's job (specviz.device.devicejobs.calibrate)
 KEY = "first_calibration"  # session state: {"trace": the run's trace, "job": its DeviceJob}
 POLL_S = 1.0  # how often the page redraws the calibration's progress
 GRID = None  # (batch sizes, k_max) for the job; None: specviz.measure.quickcal.bounds of the run

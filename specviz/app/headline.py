@@ -1,14 +1,18 @@
 """The Live page's headline: the run's numbers in six tiles, measured against predicted speedup with
 the reason for the gap, what the draft is, and (greedy runs raced against regular decoding) whether
-speculation changed any output, with the margins the device process measures (Streamlit code)."""
+speculation changed any output, with the margins the device process measures and each diverged row's
+two texts around their first difference (Streamlit code)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from specviz.analysis import explain
+from specviz.analysis.divergence import first_difference
 from specviz.analysis.trace import synthetic_label
-from specviz.app import runlabel, state as appstate, tokentext
+from specviz.figures import runlabel, tokentext
+from specviz.app import state as appstate
+from specviz.figures.difftext import first_difference_markdown
 from specviz.common import SpecvizError
 from specviz.measure.hostload import is_busy
 
@@ -79,10 +83,27 @@ def exactness_line(trace: dict, regular: dict | None) -> None:
             except SpecvizError:
                 pass
         cache.clear()
-        cache[key] = explain.exactness(rows)
-    ex = cache[key]
+        cache[key] = (explain.exactness(rows), rows)
+    ex, rows = cache[key]
     line = tokentext.exactness_text(ex, trace.get("config", {}).get("dtype", ""))
     (st.success if not ex["diverged"] else st.warning)(line)
+    if ex["diverged"]:
+        diverged_texts(trace, rows)
+
+
+SHOWN_DIVERGED = 4  # diverged rows whose two texts the page shows
+
+
+def diverged_texts(trace: dict, rows: list[dict]) -> None:
+    """Each diverged row's speculative and regular text around their first difference, that token marked."""
+    decode = appstate.trace_decoder(trace) or (lambda ids: "".join(f"[{t}]" for t in ids))  # no tokenizer: ids
+    diverged = [r for r in rows if not r["match"]]
+    with st.expander(f"Where the outputs differ ({len(diverged)} row{'s' if len(diverged) != 1 else ''})"):
+        for r in diverged[:SHOWN_DIVERGED]:
+            diff = first_difference(r["speculative"], r["regular"], r["first_divergence"], decode)
+            st.markdown(first_difference_markdown(r["index"], diff))
+        if len(diverged) > SHOWN_DIVERGED:
+            st.caption(f"{len(diverged) - SHOWN_DIVERGED} more diverged rows are not shown here.")
 
 
 def machine_busy(trace: dict, regular: dict | None) -> str | None:

@@ -1,6 +1,6 @@
 """The Live page's request queue (issue 17): its two controls and its charts. The page calls
 ``controls()`` among its widgets and ``draw(trace)`` after its chart grid (whose ragged-lengths place
-shows the slot timeline under a queue: specviz.app.chartcaptions.lengths_view); the state keys and
+shows the slot timeline under a queue: specviz.figures.chartcaptions.lengths_view); the state keys and
 their RunConfig fields are specviz.app.state's QUEUE_DEFAULTS and queue_settings.
 
 A static run (requests = batch size, no arrivals) looks as before: the ragged-lengths chart and
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from specviz.app import queuecharts, runlabel
+from specviz.figures import queuecharts, runlabel
 from specviz.bounds import SLIDERS
 
 

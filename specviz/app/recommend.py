@@ -9,8 +9,8 @@ from __future__ import annotations
 import streamlit as st
 
 from specviz.analysis.engineconfig import ENGINES
-from specviz.app import runlabel
-from specviz.app.safetext import md_escape
+from specviz.figures import runlabel
+from specviz.figures.safetext import md_escape
 from specviz.peers import tune
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp", "transformers": "transformers"}

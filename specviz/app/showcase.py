@@ -1,5 +1,5 @@
 """The Live page's showcase: one click runs a pair of workloads, one where speculation wins and one where it
-loses, each raced against regular decoding in the device process (specviz.app.deviceclient), and puts their
+loses, each raced against regular decoding in the device process (specviz.device.deviceclient), and puts their
 speedups, acceptance and the cost model's reason side by side.
 
   wins   rewrite-text (fix the spelling of a given passage: the answer copies the prompt) with the

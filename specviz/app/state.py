@@ -1,10 +1,10 @@
 """The app's shared state: the session keys the pages agree on, the sidebar's values, and the
 resources every session shares (the device lock, what the device process said about models).
-Only this module touches Streamlit; the device client (specviz.app.deviceclient) and the trace
+Only this module touches Streamlit; the device client (specviz.device.deviceclient) and the trace
 helpers never do. Nothing here imports torch: every model lives in the device process.
 
 The pages call everything through ``appstate``: the names re-exported below live in
-specviz.app.deviceclient (jobs of the device process) and specviz.analysis.tracestats (numbers
+specviz.device.deviceclient (jobs of the device process) and specviz.analysis.tracestats (numbers
 derived from a trace).
 """
 
@@ -15,9 +15,9 @@ import threading
 import streamlit as st
 
 from specviz.analysis.divergence import divergence_rows  # noqa: F401
-from specviz.app.deviceclient import (HEARTBEAT_TIMEOUT_S, PEAKS_JOB, RUNNING, DeviceBusy, LiveRun, ask, page_tokenizer,  # noqa: F401
+from specviz.device.deviceclient import (HEARTBEAT_TIMEOUT_S, PEAKS_JOB, RUNNING, DeviceBusy, LiveRun, ask, page_tokenizer,  # noqa: F401
                                       start_job, start_run, warm_up)
-from specviz.app.worker import yield_cores  # noqa: F401
+from specviz.device.worker import yield_cores  # noqa: F401
 from specviz.app import exposure
 from specviz.common import SpecvizError
 from specviz.analysis.costs import trace_calibration
@@ -96,7 +96,7 @@ def model_facts(spec: str, device: str, dtype: str) -> dict:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def device_facts(device: str, dtype: str) -> dict:
-    """What the device process says of the device (specviz.app.devicejobs.device_facts)."""
+    """What the device process says of the device (specviz.device.devicejobs.device_facts)."""
     return ask("device", model_lock(), "reading the device", FACTS_TIMEOUT_S, BUSY_WAIT_S, device=device, dtype=dtype)
 
 
@@ -175,7 +175,7 @@ def session_id() -> str | None:
 
 def current_run() -> LiveRun | None:
     """This session's run. Looking at it is the page's heartbeat: every script run and live redraw
-    of the session passes here, and a run that no page looks at stops itself (specviz.app.deviceclient)."""
+    of the session passes here, and a run that no page looks at stops itself (specviz.device.deviceclient)."""
     run = st.session_state.get(RUN_KEY)
     if run is not None:
         run.beat()

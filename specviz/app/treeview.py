@@ -24,7 +24,7 @@ import plotly.graph_objects as go
 
 from specviz.analysis import acceptance
 from specviz.analysis.treestats import acceptance_by_depth_rank, expected_tree_tokens, rates
-from specviz.app.charts import KIND_COLORS, Decode, _empty, _text, style
+from specviz.figures.charts import KIND_COLORS, Decode, _empty, _text, style
 
 # Shape = the draft that proposed a node (the trace's tree "origin"); traces from before it was kept draw circles
 ORIGIN_SYMBOLS = {"model": "circle", "suffix": "diamond", "ngram": "triangle-up", "both": "star"}

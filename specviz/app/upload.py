@@ -6,7 +6,7 @@ read: the config's text and numbers, each sequence's text (prompt, text, a finis
 writes) and token ids, and the steps, their rows, the telemetry and the summary, which hold numbers,
 flags and token ids only; every token id is a non-negative integer, below the vocabulary of the
 tokenizer the pages would decode it with. Then the summary is recomputed from the steps as the last
-probe, since every page reads it. The pages still escape every text they show (specviz.app.safetext).
+probe, since every page reads it. The pages still escape every text they show (specviz.figures.safetext).
 """
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def test_the_sweep_table_names_its_alpha_and_acceptance_rate_by_the_defined_name
 
 
 def test_the_definitions_shown_beside_the_numbers_name_them_as_the_home_does():
-    from specviz.app import tokentext
+    from specviz.figures import tokentext
 
     assert tokentext.ALPHA == acceptance.ALPHA
     for name, definition in ((acceptance.ALPHA, tokentext.ALPHA_DEFINITION),
@@ -184,7 +184,8 @@ def test_the_cli_summary_prints_the_hand_counted_numbers(trace):
 
 def test_the_pages_alpha_and_acceptance_rate_are_the_hand_counted_ones(trace):
     from specviz.analysis.acceptstats import acceptance_per_position, position_counts
-    from specviz.app import charts, state as appstate
+    from specviz.figures import charts
+    from specviz.app import state as appstate
 
     assert appstate.alpha_from_trace(trace) == ALPHA  # the Live headline's α tile, the Speedup page's slider
     bars = charts.acceptance_rate_bars(trace)

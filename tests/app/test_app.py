@@ -20,8 +20,9 @@ import locations
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from specviz.app import deviceclient, state as appstate  # noqa: E402
-from specviz.app.safetext import md_escape  # noqa: E402
+from specviz.device import deviceclient  # noqa: E402
+from specviz.app import state as appstate
+from specviz.figures.safetext import md_escape  # noqa: E402
 
 ROOT = str(locations.ROOT)
 APP = os.path.join(ROOT, "app.py")
@@ -232,7 +233,7 @@ def test_while_a_run_goes_the_page_redraws_without_fades_and_its_charts_on_their
 
 
 def test_second_session_is_queued_while_the_model_lock_is_held_and_told_by_what():
-    from specviz.app import devicequeue
+    from specviz.device import devicequeue
 
     lock = appstate.model_lock()
     assert lock.acquire(timeout=30)
@@ -264,7 +265,7 @@ def test_uploaded_trace_is_shown_and_a_bad_file_keeps_the_current_one(tmp_path):
 
 
 def test_a_job_names_itself_as_the_models_holder_while_it_runs():
-    from specviz.app import devicequeue
+    from specviz.device import devicequeue
 
     lock = threading.Lock()
     job = deviceclient.start_job("until-stopped", lock, "a Sweep")  # a stand-in job in the worker process
@@ -471,7 +472,7 @@ def test_step_explainer_shows_the_chosen_row_and_steps_tokens():
 
 
 def test_alpha_is_defined_once_and_shown_the_same_on_live_and_speedup():
-    from specviz.app import tokentext
+    from specviz.figures import tokentext
 
     trace = known_trace()
     alpha = appstate.alpha_from_trace(trace)  # 11 accepted over 11 + 4 rejections checked

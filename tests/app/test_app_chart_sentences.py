@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1.element_tree import Block  # noqa: E402
 
-from specviz.app import deviceclient, state as appstate  # noqa: E402
+from specviz.device import deviceclient  # noqa: E402
+from specviz.app import state as appstate
 from test_app import LIVE_CHARTS, errors, finish, new_app, no_run_left_behind, start_live_run  # noqa: E402,F401
 
 pytestmark = pytest.mark.usefixtures("navigation_owns_the_pages")

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from specviz.analysis.trace import build_trace  # noqa: E402
 from specviz.app import state as appstate  # noqa: E402
 from specviz.app import upload as uploadmod  # noqa: E402
-from specviz.app.safetext import md_escape  # noqa: E402
+from specviz.figures.safetext import md_escape  # noqa: E402
 
 ROOT = str(locations.ROOT)
 APP = os.path.join(ROOT, "app.py")

@@ -8,7 +8,7 @@ import threading
 import psutil
 import pytest
 
-from specviz.app import worker
+from specviz.device import worker
 from specviz.app.state import start_run
 from specviz.runconfig import RunConfig
 

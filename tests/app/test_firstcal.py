@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("streamlit")
 
 from specviz.analysis.costs import calibration_path, read_calibration  # noqa: E402
-from specviz.app import firstcal, runlabel, state as appstate  # noqa: E402
+from specviz.app import firstcal, state as appstate  # noqa: E402
+from specviz.figures import runlabel
 from specviz.common import cache_dir  # noqa: E402
 from specviz.measure import quickcal  # noqa: E402
 from test_app import errors, finish, new_app, no_run_left_behind, start_live_run  # noqa: E402,F401
@@ -105,7 +106,7 @@ def test_a_run_of_a_calibrated_pair_measures_nothing_and_says_nothing(scratch_ca
 def test_the_calibrate_job_writes_where_the_server_reads_and_answers_in_plain_data(tmp_path, monkeypatch):
     import os
 
-    from specviz.app import devicejobs
+    from specviz.device import devicejobs
     from specviz.runconfig import RunConfig
     from test_deviceclient import modules_named_by
 

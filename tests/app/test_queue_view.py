@@ -10,7 +10,7 @@ import json
 import pytest
 
 from specviz.analysis.trace import build_trace, sequence_record
-from specviz.app import queuecharts
+from specviz.figures import queuecharts
 from specviz.engine.proposers import NgramDraft
 from specviz.run import decoder_for_ids
 

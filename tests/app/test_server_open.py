@@ -17,7 +17,8 @@ import locations
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from specviz.app import localvllm, servermon  # noqa: E402
+from specviz.device import localvllm  # noqa: E402
+from specviz.app import servermon
 
 ROOT = str(locations.ROOT)
 FAKE = os.path.join(ROOT, "tests", "fakevllm.py")

@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("streamlit")
 
-from specviz.app import runlabel, state as appstate  # noqa: E402
+from specviz.figures import runlabel  # noqa: E402
+from specviz.app import state as appstate
 from test_app import errors, finish, new_app, no_run_left_behind, start_live_run  # noqa: E402,F401
 
 pytestmark = pytest.mark.usefixtures("navigation_owns_the_pages")

@@ -65,7 +65,7 @@ def test_the_finished_live_page_explains_what_it_shows(finished_live_page):
     """Issue 13: after a default run (the race is on by default) the page shows a measured speedup
     beside the predicted one, the time per phase, whether the output changed, and what each
     colour of the text means."""
-    from specviz.app.tokentext import DEFINITIONS
+    from specviz.figures.tokentext import DEFINITIONS
 
     page = finished_live_page
     assert page.metrics["measured speedup"].endswith("x"), page.metrics

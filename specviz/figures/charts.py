@@ -1,6 +1,6 @@
 """Charts of one run: pure functions from a trace dict (specviz.analysis.trace format) to plotly
-figures. Charts of the analytic model and of sweeps are in specviz.app.modelcharts; the coloured
-text, the definitions and the step explainer in specviz.app.tokentext.
+figures. Charts of the analytic model and of sweeps are in specviz.figures.modelcharts; the coloured
+text, the definitions and the step explainer in specviz.figures.tokentext.
 
 No Streamlit here: pages call these and draw the result. Every function accepts a partial
 trace (a run still in progress) and an empty one. ``decode`` arguments map a list of token ids

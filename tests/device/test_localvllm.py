@@ -1,4 +1,4 @@
-"""specviz.app.localvllm: the vLLM server the Server page starts. The real command (`python -m specviz vllm
+"""specviz.device.localvllm: the vLLM server the Server page starts. The real command (`python -m specviz vllm
 serve` on the packaged model) runs against a stand-in for vLLM's interpreter (tests/fakevllm.py), so the CLI,
 its checks and its signal handling are the real ones; only vLLM is not."""
 
@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 import locations
 
-from specviz.app import localvllm
+from specviz.device import localvllm
 
 FAKE = locations.ROOT / "tests" / "fakevllm.py"
 

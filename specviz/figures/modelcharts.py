@@ -1,6 +1,6 @@
 """Charts of the analytic model, of sweeps and of the correctness checks: pure functions from
 numbers to plotly figures, and the sentence that states each chart's key number (no Streamlit).
-Charts of one run's trace are in specviz.app.charts."""
+Charts of one run's trace are in specviz.figures.charts."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Sequence
 import plotly.graph_objects as go
 
 from specviz.analysis.explain import exactness
-from specviz.app.charts import KIND_COLORS, _empty, int_ticks, style
-from specviz.app.safetext import md_escape
+from specviz.figures.charts import KIND_COLORS, _empty, int_ticks, style
+from specviz.figures.safetext import md_escape
 
 BATCH_TICKS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 MEASURED = {"size": 13, "symbol": "x", "color": "black"}

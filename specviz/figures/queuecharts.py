@@ -1,5 +1,5 @@
 """Charts of a request queue (continuous batching, issue 17): pure functions from a trace dict
-(specviz.analysis.trace, version 3) to plotly figures, like specviz.app.charts.
+(specviz.analysis.trace, version 3) to plotly figures, like specviz.figures.charts.
 
   slot_timeline          which request occupies which slot over time: joins, leaves, idle slots
   queue_length           arrived requests waiting for a slot, and the busy slots, per step
@@ -15,7 +15,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specviz.app.charts import ROW_COLORS, _empty, int_ticks, step_end, style
+from specviz.figures.charts import ROW_COLORS, _empty, int_ticks, step_end, style
 
 
 def is_queued(trace: dict | None) -> bool:
@@ -150,7 +150,7 @@ def latency_distributions(trace: dict) -> go.Figure:
     return style(fig, title, 300, showlegend=False)
 
 
-# ---- each chart in a sentence, from the same numbers (specviz.app.chartcaptions for the run's charts) -------
+# ---- each chart in a sentence, from the same numbers (specviz.figures.chartcaptions for the run's charts) -------
 
 def slot_timeline_sentence(trace: dict) -> str:
     """The slot timeline: how many requests went through how many slots, and the share of slot time idle."""

@@ -1,9 +1,9 @@
-"""A raced Live run warms both sides up, untimed, before the timed runs (specviz.app.devicejobs), and what a
+"""A raced Live run warms both sides up, untimed, before the timed runs (specviz.device.devicejobs), and what a
 suffix draft learns in the warm-up is forgotten."""
 
 import dataclasses
 
-from specviz.app import devicejobs
+from specviz.device import devicejobs
 from specviz.engine.suffix import SuffixDraft
 from specviz.measure.bench import WARM_TOKENS
 from specviz.runconfig import RunConfig

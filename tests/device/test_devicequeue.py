@@ -1,12 +1,12 @@
-"""specviz.app.devicequeue: Live runs and page jobs take the device in one first-come line."""
+"""specviz.device.devicequeue: Live runs and page jobs take the device in one first-come line."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from specviz.app import devicequeue
-from specviz.app.deviceclient import DeviceJob
+from specviz.device import devicequeue
+from specviz.device.deviceclient import DeviceJob
 
 
 def wait_until(cond, timeout=10.0):

@@ -8,8 +8,8 @@ from typing import Callable
 
 from specviz.analysis import acceptance
 from specviz.analysis.trace import synthetic_label
-from specviz.app.charts import KIND_COLORS, SPECIAL, special_label, token_kinds
-from specviz.app.safetext import html_text, md_escape
+from specviz.figures.charts import KIND_COLORS, SPECIAL, special_label, token_kinds
+from specviz.figures.safetext import html_text, md_escape
 
 Decode = Callable[[list[int]], str]
 

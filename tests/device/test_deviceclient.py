@@ -1,4 +1,4 @@
-"""specviz.app.deviceclient: every device job of the server goes to the one device process by name,
+"""specviz.device.deviceclient: every device job of the server goes to the one device process by name,
 waits its turn in the one line, and comes back as notes, items and a result (or one line of error).
 
 The jobs are stand-ins registered in the real worker process (tests/workerfakes.py)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 import threading
 
-from specviz.app import deviceclient
-from specviz.app.deviceclient import DeviceJob, ask, start_job
+from specviz.device import deviceclient
+from specviz.device.deviceclient import DeviceJob, ask, start_job
 from specviz.common import SpecvizError
 import locations
 
@@ -86,7 +86,7 @@ def test_jobs_run_where_torch_is_and_this_process_need_not_import_it():
     assert ask("torch-here", lock, "a look") is True  # the device process holds torch...
     import subprocess
 
-    code = ("import sys; import specviz.app.deviceclient, specviz.app.state, specviz.app.devicequeue; "
+    code = ("import sys; import specviz.device.deviceclient, specviz.app.state, specviz.device.devicequeue; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m == 'transformers'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"  # ...and the server's side of it imports neither
@@ -131,7 +131,7 @@ def modules_named_by(data) -> set[str]:
 
 
 def test_the_pages_facts_jobs_answer_in_plain_data_that_unpickles_without_torch():
-    from specviz.app import devicejobs
+    from specviz.device import devicejobs
 
     class Quiet:
         def say(self, *a): pass

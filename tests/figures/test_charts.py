@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 
-from specviz.app import charts, modelcharts, tokentext
+from specviz.figures import charts, modelcharts, tokentext
 from specviz.analysis import explain
 from specviz.runconfig import RunConfig
 from specviz.analysis.trace import build_trace, sequence_record

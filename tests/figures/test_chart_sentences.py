@@ -1,10 +1,11 @@
 """The sentence beside the model's, the sweep's, the correctness checks', the request queue's and the token
-tree's charts (specviz.app.modelcharts, queuecharts, treeview): each states its chart's key number,
+tree's charts (specviz.figures.modelcharts, queuecharts, treeview): each states its chart's key number,
 worked out by hand from the small inputs below. No Streamlit, no model."""
 
 from __future__ import annotations
 
-from specviz.app import modelcharts as mc, queuecharts as qc, treeview as tv
+from specviz.figures import modelcharts as mc, queuecharts as qc
+from specviz.app import treeview as tv
 
 
 def plain(sentence: str) -> str:

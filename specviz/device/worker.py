@@ -3,7 +3,7 @@
 In the Streamlit server's process, decoding shared the GIL with the server's script reruns,
 figure building and websocket pushes, and torch's OpenMP threads spun against them for the
 two cores: the page made 0.14x the CLI's tokens/s (issue 13). Here one child process per server
-(`python -m specviz.app.worker`: a fresh interpreter, no forked locks or OpenMP state, and not
+(`python -m specviz.device.worker`: a fresh interpreter, no forked locks or OpenMP state, and not
 multiprocessing's "spawn", which re-runs the parent's __main__ — under Streamlit that is app.py)
 loads the model pair once and reuses it across runs, and streams each run back over a
 multiprocessing.connection (a Unix socket with an auth key) as it goes:
@@ -13,7 +13,7 @@ multiprocessing.connection (a Unix socket with an auth key) as it goes:
                       tokenizer, start, step, trace, regular_trace; a measurement: say, item),
                       then (job id, "end", "done" | "stopped" | "error", error line, notes, result)
 
-Jobs are named (specviz.app.devicejobs.JOBS: run, facts, device, pair_problem, sweep, exactness,
+Jobs are named (specviz.device.devicejobs.JOBS: run, facts, device, pair_problem, sweep, exactness,
 divergence, distribution, peaks, calibrate): the Streamlit server asks for one by name with plain-data
 parameters and never imports torch, transformers or a model itself. $SPECVIZ_WORKER_JOBS names
 modules the child imports after devicejobs, which may add or replace jobs (tests' stand-ins).
@@ -126,7 +126,7 @@ def error_message(e: BaseException, cfg=None) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """One named job: ``specviz.app.devicejobs.JOBS[name](ctx, **params)`` in the child."""
+    """One named job: ``specviz.device.devicejobs.JOBS[name](ctx, **params)`` in the child."""
 
     id: int
     name: str
@@ -137,7 +137,7 @@ def _jobs() -> dict:
     """The child's job table: devicejobs, then the modules of $SPECVIZ_WORKER_JOBS (comma-separated)."""
     import importlib
 
-    from specviz.app import devicejobs
+    from specviz.device import devicejobs
 
     for name in filter(None, os.environ.get("SPECVIZ_WORKER_JOBS", "").split(",")):
         try:
@@ -171,7 +171,7 @@ def _serve(conn) -> None:
 
 
 def child_main(address: str) -> None:
-    """`python -m specviz.app.worker ADDRESS`, the auth key (hex) on stdin: listen, serve one parent."""
+    """`python -m specviz.device.worker ADDRESS`, the auth key (hex) on stdin: listen, serve one parent."""
     from multiprocessing.connection import Listener
 
     from specviz.common import exit_with_parent
@@ -253,7 +253,7 @@ class Worker:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds specviz/
         env = {**os.environ, **child_env(), "SPECVIZ_WORKER_THREADS": str(self.threads), "SPECVIZ_WORKER_PARENT": str(os.getpid()),
                "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-        self.proc = subprocess.Popen(python_argv("-m", "specviz.app.worker", address), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(python_argv("-m", "specviz.device.worker", address), stdin=subprocess.PIPE,
                                      env={**env, **SAFE_ENV}, cwd=os.getcwd())
         self.proc.stdin.write(authkey.hex().encode() + b"\n")
         self.proc.stdin.close()
@@ -336,6 +336,6 @@ def forget(w: Worker) -> None:
 
 
 if __name__ == "__main__":
-    from specviz.app import worker as _module  # the one copy of this module that pickled jobs name
+    from specviz.device import worker as _module  # the one copy of this module that pickled jobs name
 
     _module.child_main(sys.argv[1])

@@ -1,6 +1,6 @@
 """The device process's named jobs: everything the app does with torch, a model or the device.
 
-The decode worker (specviz.app.worker) runs one job at a time: ``JOBS[name](ctx, **params)``.
+The decode worker (specviz.device.worker) runs one job at a time: ``JOBS[name](ctx, **params)``.
 A job reports as it goes through ``ctx`` (``ctx.send(kind, ...)`` for a run's records,
 ``ctx.report(item)`` for a result row, ``ctx.say(note)`` for progress), checks ``ctx.stopped()``
 between units of work, and returns its result (plain data: it crosses a pipe to the Streamlit
@@ -71,7 +71,7 @@ def run(ctx, cfg, race: bool = False, session: str | None = None, loader: Callab
         runner: Callable | None = None):
     """The run's records as it goes: "tokenizer", "start", a "step" per step, "trace" (and
     "regular_trace" when raced). A suffix draft keeps learning across the runs of one page ``session``.
-    ``loader``/``runner`` default to specviz.run's (fakes in tests: see specviz.app.worker's
+    ``loader``/``runner`` default to specviz.run's (fakes in tests: see specviz.device.worker's
     SPECVIZ_WORKER_JOBS)."""
     from specviz.run import iter_run, load_pair
 

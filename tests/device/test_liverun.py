@@ -1,4 +1,4 @@
-"""The app's run (specviz.app.deviceclient.LiveRun) and its decode worker process (specviz.app.worker), without
+"""The app's run (specviz.device.deviceclient.LiveRun) and its decode worker process (specviz.device.worker), without
 Streamlit, on a tiny model: a run whose page stops polling stops itself and hands the model lock
 on; a polled run goes to the end; sessions queue first come, first served and each sees only its
 own run; Stop, errors and a dead worker end a run with its output kept and the next run works.
@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from specviz.app import deviceclient, worker
-from specviz.app.deviceclient import LiveRun
+from specviz.device import deviceclient, worker
+from specviz.device.deviceclient import LiveRun
 from specviz.runconfig import RunConfig
 import locations
 
@@ -282,7 +282,7 @@ def test_a_worker_started_from_a_page_thread_that_yielded_the_cores_keeps_the_se
 SERVER = """
 import os, subprocess, sys, tempfile, time
 address = os.path.join(tempfile.mkdtemp(), "sock")
-proc = subprocess.Popen([sys.executable, "-m", "specviz.app.worker", address], stdin=subprocess.PIPE,
+proc = subprocess.Popen([sys.executable, "-m", "specviz.device.worker", address], stdin=subprocess.PIPE,
                         env={**os.environ, "SPECVIZ_WORKER_PARENT": str(os.getpid())})
 proc.stdin.write(os.urandom(32).hex().encode() + b"\\n")
 proc.stdin.close()

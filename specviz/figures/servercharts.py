@@ -7,8 +7,8 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from specviz.app.charts import _empty, int_ticks, style
-from specviz.app.modelcharts import MEASURED
+from specviz.figures.charts import _empty, int_ticks, style
+from specviz.figures.modelcharts import MEASURED
 
 MODEL_LINE = {"dash": "dot", "color": "black"}
 
@@ -63,3 +63,48 @@ def per_position_vs_model(observed: Sequence[float] | None, predicted: Sequence[
     top = max(len(observed or []), len(predicted or []))
     return style(fig, title, 300, xaxis={"title": "draft position j", **int_ticks(top)},
                  yaxis={"title": "P(accepted ≥ j)", "range": [0, 1.02]}, legend={"orientation": "h", "y": -0.25})
+
+
+# ---- what each chart shows, in a sentence (its numbers from the same rows the chart draws) ------------
+
+def _latest(rows: Sequence[dict], key: str):
+    """The last reported value of ``key`` and its time, or (None, None)."""
+    return next(((r[key], r["t"]) for r in reversed(rows) if r.get(key) is not None), (None, None))
+
+
+def per_position_sentence(rows: Sequence[dict]) -> str:
+    """per_position_over_time: the latest window's acceptance at the first and the last position."""
+    pos, t = _latest(rows, "per_position")
+    if not pos:
+        return "No per-position counters yet: this chart fills once the server has drafted."
+    last = f"; at position {len(pos)}, {pos[-1]:.2f}" if len(pos) > 1 else ""
+    return (f"In the latest window ({t:.0f} s after attaching), {pos[0]:.2f} of drafts had their first token "
+            f"accepted{last}: acceptance falls with the position because a token counts only after all before it.")
+
+
+def over_time_sentence(rows: Sequence[dict], fields: dict[str, str], unit: str = "", model: dict | None = None,
+                       digits: int = 2) -> str:
+    """over_time: each line's latest value, its range since attaching, and the model's line beside it."""
+    parts = []
+    for label, key in fields.items():
+        values = [r[key] for r in rows if r.get(key) is not None]
+        if values:
+            parts.append(f"{label} {values[-1]:.{digits}f}{unit} in the latest window "
+                         f"({min(values):.{digits}f}-{max(values):.{digits}f} since attaching)")
+    if not parts:
+        return "Nothing reported yet: this chart fills with the server's next windows."
+    text = "; ".join(parts)
+    text = text[0].upper() + text[1:]
+    for label, value in (model or {}).items():
+        text += f"; the {label} line is {value:.{digits}f}"
+    return text + "."
+
+
+def position_vs_model_sentence(observed: Sequence[float] | None, predicted: Sequence[float] | None) -> str:
+    """per_position_vs_model: where the measured acceptance is furthest from the model's α^j."""
+    if not observed or not predicted:
+        return "No per-position counters on this server: the model's α^j has nothing to be compared with."
+    j = max(range(min(len(observed), len(predicted))), key=lambda i: abs(observed[i] - predicted[i]))
+    return (f"Since attaching, the largest gap is at position {j + 1}: measured {observed[j]:.2f}, the model's "
+            f"α^{j + 1} {predicted[j]:.2f}. A measured bar above the line means later positions are accepted more "
+            "often than one α for every position assumes.")

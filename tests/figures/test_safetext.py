@@ -1,6 +1,6 @@
 """Text from a trace shows as its own characters: md_escape against a real CommonMark renderer
 (markdown-it, with raw HTML on, tables and strikethrough), html_text and the token HTML built with
-it (specviz.app.tokentext), and the decoder the pages use on ids the tokenizer lacks."""
+it (specviz.figures.tokentext), and the decoder the pages use on ids the tokenizer lacks."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import re
 import pytest
 
 from specviz.analysis.tracestats import decoder_for
-from specviz.app import tokentext
-from specviz.app.safetext import html_text, md_escape
+from specviz.figures import tokentext
+from specviz.figures.safetext import html_text, md_escape
 
 HOSTILE = [
     "<img src=x id=pwned onerror=alert(1)><b id=pwnedb>x</b>",

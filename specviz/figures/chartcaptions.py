@@ -2,7 +2,7 @@
 the chart ("verify took 71% of the wall time"; "31% of verified slots produced nothing").
 
 Each sentence is computed from the same function as its chart (specviz.analysis.runcounts,
-specviz.analysis.explain.phase_totals, specviz.app.charts' own helpers), so the two cannot disagree;
+specviz.analysis.explain.phase_totals, specviz.figures.charts' own helpers), so the two cannot disagree;
 where a chart has nothing yet (no steps, no samples) its sentence says so. ``live_grid`` pairs the
 Live page's charts with their sentences, in the page's order. Markdown strings; no Streamlit.
 """
@@ -14,8 +14,8 @@ import statistics
 from specviz.analysis.explain import phase_totals
 from specviz.analysis.runcounts import (accepted_grid, length_series, slot_use, step_seconds, telemetry_samples,
                                         token_latencies)
-from specviz.app import charts, queuecharts
-from specviz.app.charts import Decode
+from specviz.figures import charts, queuecharts
+from specviz.figures.charts import Decode
 
 NO_STEPS = "No steps yet: this chart fills in as the run goes."
 

@@ -1,4 +1,4 @@
-"""The sentence beside each chart of a run (specviz.app.chartcaptions): on a hand-made trace whose every
+"""The sentence beside each chart of a run (specviz.figures.chartcaptions): on a hand-made trace whose every
 number is worked out by hand below, each sentence names its chart's key number; with nothing drawn
 yet it says so. No Streamlit, no model."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specviz.analysis.trace import build_trace
-from specviz.app import chartcaptions as cc, charts
+from specviz.figures import chartcaptions as cc, charts
 
 # Two rows, k = 3, three steps. Accepted per row-step: row 0: 3, 1, 2; row 1: 0, 2, 3.
 PLAN = [[(3, [10, 11, 12, 13]), (0, [29])],

@@ -1,8 +1,8 @@
 """The Streamlit server's one client of the device process: every device job of every session.
 
-A :class:`DeviceJob` names a job of the decode worker (specviz.app.devicejobs: a run, a sweep, an
+A :class:`DeviceJob` names a job of the decode worker (specviz.device.devicejobs: a run, a sweep, an
 exactness check, a model's facts...), waits its turn in the one first-come line for the device
-(specviz.app.devicequeue), hands the job to the worker process (specviz.app.worker) and takes in
+(specviz.device.devicequeue), hands the job to the worker process (specviz.device.worker) and takes in
 what it streams back: progress notes, result items, then the result. A :class:`LiveRun` is the
 job that decodes: it also gathers the step records so far, the rows' outputs and telemetry, then
 the finished trace. Pages poll these objects (they never touch Streamlit here); :func:`ask` waits
@@ -24,8 +24,8 @@ import threading
 import time
 
 from specviz.analysis.trace import TraceBuilder
-from specviz.app import devicequeue, worker as workers
-from specviz.app.worker import error_message
+from specviz.device import devicequeue, worker as workers
+from specviz.device.worker import error_message
 from specviz.common import SpecvizError
 from specviz.runconfig import RunConfig
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from specviz.app import runlabel
-from specviz.app.charts import style
+from specviz.figures import runlabel
+from specviz.figures.charts import style
 
 SYNTHETIC = {"config": {"synthetic_acceptance": 0.35}}
 
