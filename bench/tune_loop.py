@@ -63,7 +63,7 @@ def measure(cfg: RunConfig, target, proposer, ks: list[int], rounds: int, probe_
     med = {k: statistics.median(v) for k, v in tok.items()}
     best = max(med, key=med.get)
     return {"batch_size": b, "requests": cfg.requests, "probe_k": probe_k,
-            "acceptance_per_position": [round(x, 4) for x in acc.survival(probe_k)[1:]],
+            "acceptance_per_position": [round(x, 4) for x in acc.survival(probe_k)],  # positions 1..probe_k
             "recommended_k": choice.k, "predicted_tokens_per_s": choice.goodput,
             "tokens_per_s": {str(k): v for k, v in tok.items()}, "median": {str(k): m for k, m in med.items()},
             "best_fixed_k": best, "recommended_share_of_best": med[choice.k] / med[best],
