@@ -96,7 +96,7 @@ def main() -> int:
     regular = dataclasses.replace(base, mode="regular")
     cfgs = {"regular": (regular, None), **{f"k={k}": (dataclasses.replace(base, draft_length=k), proposer) for k in ks}}
     if costs is not None and not a.no_goodput:
-        cfgs["goodput"] = (dataclasses.replace(base, controller="goodput", draft_length=ks[0]), proposer)
+        cfgs["goodput"] = (dataclasses.replace(base, policy="goodput", draft_length=ks[0]), proposer)
     if not a.no_static:
         cfgs["static regular"] = (dataclasses.replace(regular, static=True), None)
         cfgs[f"static k={ks[0]}"] = (dataclasses.replace(base, draft_length=ks[0], static=True), proposer)
@@ -121,7 +121,7 @@ def main() -> int:
         k_mean = statistics.mean(ks_used) if ks_used else 0
         pred = None
         if costs is not None:
-            k_model = cfg.draft_length if cfg.mode == "speculative" and cfg.controller == "fixed" else round(k_mean)
+            k_model = cfg.draft_length if cfg.mode == "speculative" and cfg.policy == "fixed" else round(k_mean)
             pred = predict(trace, costs, a.batch_size, k_model if prop is not None else 0, cfg.static,
                            getattr(prop, "kind", "") in ("model", "feature"))
         table[lbl] = {"tok_s": r.median_tok_s, "ratio": r.median_ratio, "ratios": r.ratio, "tok_s_rounds": r.tok_s,

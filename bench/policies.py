@@ -61,7 +61,7 @@ def main() -> None:
           + (f"{cal.created}" if cal is not None else "none (analytic / bass-capped use the batch-1 formula)"),
           flush=True)
     configs = {"regular": (dataclasses.replace(base, mode="regular"), None)}
-    configs.update({f"{name} (k={k})": (dataclasses.replace(base, controller=name, draft_length=k), proposer)
+    configs.update({f"{name} (k={k})": (dataclasses.replace(base, policy=name, draft_length=k), proposer)
                     for name, k in parse_policies(a.policies)})
     warm_up(dataclasses.replace(base, draft_length=2), target, proposer)
     results = interleaved({label: engine_arm(cfg, target, prop) for label, (cfg, prop) in configs.items()}, a.rounds,

@@ -32,13 +32,13 @@ $PY -m specviz calibrate --dtype bfloat16 --draft default
 for c in "fixed --draft-length 1" "fixed --draft-length 2" "fixed --draft-length 3" "bass --draft-length 2" \
          "analytic --draft-length 2" "heuristic --draft-length 2"; do
   echo "== policy $c, B=8 (default pair)"
-  $PY -m specviz bench $P --dtype bfloat16 --draft default --batch-size 8 --no-peer --controller $c
+  $PY -m specviz bench $P --dtype bfloat16 --draft default --batch-size 8 --no-peer --policy $c
 done
 echo "== the Live page in a real browser vs the CLI"
 $PY bench/browser_speed.py --rounds 3
 for c in "fixed --draft-length 1" "fixed --draft-length 2" "bass --draft-length 4" "analytic --draft-length 2"; do
   echo "== policy $c, B=8 (bf16 target, ngram draft)"
-  $PY -m specviz bench $P --dtype bfloat16 --draft ngram --batch-size 8 --controller $c
+  $PY -m specviz bench $P --dtype bfloat16 --draft ngram --batch-size 8 --policy $c
 done
 echo "== all policies interleaved in one process (B=8, then B=1; default pair, fresh calibration above)"
 $PY bench/policies.py --batch-size 8 --rounds 5

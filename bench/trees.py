@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--chains", default="1,2,3", help="chain draft lengths k")
     ap.add_argument("--trees", default="3:2:6,4:3:10", help="K:W:N,... depth, width, nodes per row")
     ap.add_argument("--drafts", default="default", help="LABEL:SPEC,... (or SPEC): the drafts whose chains and trees run")
-    ap.add_argument("--policies", default="", help="K:W:N,... the tree controller (--controller tree) with these "
+    ap.add_argument("--policies", default="", help="K:W:N,... the tree policy (--policy tree) with these "
                     "bounds: it picks depth, width and nodes per step from the pair's calibration")
     a = ap.parse_args()
 
@@ -72,7 +72,7 @@ def main() -> None:
         for item in filter(None, a.policies.split(",")):
             k, w, n = map(int, item.split(":"))
             configs[f"{name}tree policy k<={k} W<={w} N<={n}"] = (dataclasses.replace(
-                base, draft_length=k, tree_width=w, tree_nodes=n, controller="tree"), draft)
+                base, draft_length=k, tree_width=w, tree_nodes=n, policy="tree"), draft)
     names = ", ".join(d.name for d in drafts.values())
     print(f"target {target.name} ({target.dtype}, {target.device}); drafts {names}; B={a.batch_size}; "
           f"{len(base.prompts)} prompts, {a.max_new_tokens} new tokens; rounds {a.rounds}; "

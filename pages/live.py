@@ -20,7 +20,7 @@ from specviz.app.upload import read_trace_upload, trace_csv_zip
 
 from specviz.prompts import sets as promptsets
 from specviz.common import SpecvizError
-from specviz.engine.policies import CONTROLLERS, COST_AWARE, UNCALIBRATED
+from specviz.engine.policies import POLICIES, COST_AWARE, UNCALIBRATED
 from specviz.bounds import SLIDERS
 from specviz.runconfig import RunConfig
 from specviz.analysis.trace import to_chrome_trace
@@ -29,7 +29,7 @@ from specviz.analysis.trace import to_chrome_trace
 # tokens/s against 0.89x at 1 s, bench/browser_speed.py), the charts (their own fragment) every chart_s:
 # server draw time x (1 + BROWSER_FACTOR, plotly's SVG layout in the browser) / DRAW_BUDGET, within CHART_S.
 TEXT_S, BROWSER_FACTOR, DRAW_BUDGET, CHART_S = 2.0, 2.0, 0.10, (4.0, 20.0)
-TREE_BOUNDS = (4, 16)  # the tree controller's widest W and most nodes N (the CLI's --tree-width, --tree-nodes)
+TREE_BOUNDS = (4, 16)  # the tree policy's widest W and most nodes N (the CLI's --tree-width, --tree-nodes)
 
 appstate.init_state()
 appstate.warm_up()  # the decode worker process starts now, not when Run is pressed
@@ -66,15 +66,15 @@ c1, c2, c3 = st.columns(3)
 with c1:
     st.slider("Batch size b", *SLIDERS["batch_size"][:3], key="batch_size")
     st.slider("Draft length k (0 = regular decoding)", *SLIDERS["draft_length"][:3], key="draft_length")
-    st.selectbox("Draft-length controller", list(CONTROLLERS), key="controller",
+    st.selectbox("Draft-length policy", list(POLICIES), key="policy",
                  help="fixed k, transformers' heuristic (+2/-1), BASS (Algorithm 1 as the paper states it), "
                       "BASS capped by the calibrated k*, a batch-size table, the analytic optimum, SmartSpec's "
                       f"goodput, or tree: token trees, each step's (depth, width, nodes) up to (k, {TREE_BOUNDS[0]}, "
                       f"{TREE_BOUNDS[1]}) from the costs and the acceptance by depth x sibling rank")
-    if st.session_state.get("controller") == "table":
+    if st.session_state.get("policy") == "table":
         st.text_input("k table (batch size:k, ...)", "1:4,4:3,16:1,64:0", key="k_table")
-    if st.session_state.get("controller") in COST_AWARE and appstate.trace_costs(appstate.current_trace()) is None:
-        how = UNCALIBRATED.get(st.session_state["controller"], UNCALIBRATED["k"])
+    if st.session_state.get("policy") in COST_AWARE and appstate.trace_costs(appstate.current_trace()) is None:
+        how = UNCALIBRATED.get(st.session_state["policy"], UNCALIBRATED["k"])
         st.caption(f"Not calibrated yet: this policy picks {how} until `python -m specviz calibrate` has run for this pair.")
 with c2:
     st.slider("Temperature (0 = greedy)", *SLIDERS["temperature"], key="temperature")
@@ -108,15 +108,15 @@ def config_from_widgets() -> RunConfig:
     return RunConfig(target=v["target"], draft=appstate.draft_spec(ss), device=v["device"], dtype=v["dtype"],
                      cuda_graphs=bool(v["cuda_graphs"]), compile=bool(ss.get("compile_forward", False)),
                      prompts=promptsets.from_text(ss["prompts_text"]), batch_size=int(ss["batch_size"]),
-                     draft_length=int(ss["draft_length"]), controller=ss["controller"],
+                     draft_length=int(ss["draft_length"]), policy=ss["policy"],
                      temperature=float(ss["temperature"]), top_p=float(ss["top_p"]),
                      max_new_tokens=int(ss["max_new_tokens"]), seed=int(ss["seed"]),
                      synthetic_acceptance=float(ss.get("synthetic_alpha", SLIDERS["synthetic_acceptance"][2]))
                      if ss.get("synthetic_on") else None,
                      mode="regular" if appstate.draft_spec(ss) == "none" else "speculative",
                      **appstate.queue_settings(ss),
-                     **(dict(zip(("tree_width", "tree_nodes"), TREE_BOUNDS)) if ss["controller"] == "tree" else {}),
-                     controller_args={"table": ss["k_table"]} if ss["controller"] == "table" else {})
+                     **(dict(zip(("tree_width", "tree_nodes"), TREE_BOUNDS)) if ss["policy"] == "tree" else {}),
+                     policy_args={"table": ss["k_table"]} if ss["policy"] == "table" else {})
 
 
 if start:
@@ -151,7 +151,7 @@ if running:
     now = config_from_widgets()
     changed = [name for name, a, b in (("batch size", now.batch_size, run.cfg.batch_size),
                                        ("draft length", now.draft_length, run.cfg.draft_length),
-                                       ("controller", now.controller, run.cfg.controller),
+                                       ("policy", now.policy, run.cfg.policy),
                                        ("temperature", now.temperature, run.cfg.temperature),
                                        ("top-p", now.top_p, run.cfg.top_p),
                                        ("max new tokens", now.max_new_tokens, run.cfg.max_new_tokens),
@@ -176,7 +176,7 @@ def draw(trace: dict, decode, live: bool, regular: dict | None = None, with_char
     def text(*keys) -> str:  # the first of these config texts, shown as it is (it may come from an upload)
         return md_escape(next((cfg[k] for k in keys if cfg.get(k)), None))
 
-    st.caption(f"b={cfg.get('batch_size')}, k={cfg.get('draft_length')}, controller={text('controller')}, "
+    st.caption(f"b={cfg.get('batch_size')}, k={cfg.get('draft_length')}, policy={text('policy')}, "
                f"mode={text('mode')}, target={text('target_name', 'target')}, "
                f"draft={text('draft_name', 'draft')}, {len(trace.get('steps', []))} steps")
     if note := runlabel.page_note(trace):

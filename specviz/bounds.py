@@ -108,9 +108,9 @@ def check_synthetic(a) -> None:
     if getattr(a, "mode", "speculative") == "regular" or getattr(a, "draft", "") == "none":
         raise SpecvizError("synthetic acceptance replaces the acceptance of drafted tokens; regular decoding drafts "
                            "none: drop --synthetic-acceptance or give a draft")
-    if getattr(a, "tree_width", 1) > 1 or getattr(a, "controller", "") == "tree":
+    if getattr(a, "tree_width", 1) > 1 or getattr(a, "policy", "") == "tree":
         raise SpecvizError("synthetic acceptance draws one decision per position of a chain; token trees "
-                           "(--tree-width > 1, --controller tree) have no single next position: use chains")
+                           "(--tree-width > 1, --policy tree) have no single next position: use chains")
 
 
 def int_list(text: str, flag: str, lo: int = 1) -> list[int]:

@@ -32,15 +32,15 @@ def _config(a):
         prompts += read_prompts(a.prompts)
     prompts += prompt_set(a.prompt_set) if getattr(a, "prompt_set", None) else []
     cargs = {}
-    for kv in a.controller_arg:
+    for kv in a.policy_arg:
         key, sep, val = kv.partition("=")
         if not sep:
-            raise SpecvizError(f"--controller-arg wants KEY=VALUE (got {kv!r})")
+            raise SpecvizError(f"--policy-arg wants KEY=VALUE (got {kv!r})")
         cargs[key] = val
     return RunConfig(target=a.target, draft=a.draft, prompts=prompts, batch_size=a.batch_size,
                      draft_length=a.draft_length, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
-                     top_p=a.top_p, seed=a.seed, controller=a.controller, mode=a.mode, device=a.device,
-                     dtype=a.dtype, device_map=a.device_map, raw_prompt=a.raw_prompt, controller_args=cargs,
+                     top_p=a.top_p, seed=a.seed, policy=a.policy, mode=a.mode, device=a.device,
+                     dtype=a.dtype, device_map=a.device_map, raw_prompt=a.raw_prompt, policy_args=cargs,
                      draft_confidence=a.draft_confidence, requests=getattr(a, "requests", None),
                      arrival_rate=getattr(a, "arrival_rate", 0.0), static=getattr(a, "static", False),
                      tree_width=getattr(a, "tree_width", 1), tree_nodes=getattr(a, "tree_nodes", 16),
@@ -157,7 +157,7 @@ def cmd_bench(a) -> int:
         return 0
     s, reg, spec = r.summary, r.arms["regular"], r.arms["speculative"]
     print(f"target {r.target.name} ({r.target.dtype}, {r.target.device}); draft {getattr(r.proposer, 'name', '-')}; "
-          f"B={cfg.batch_size} k={cfg.draft_length} controller={cfg.controller} max_new_tokens={cfg.max_new_tokens} "
+          f"B={cfg.batch_size} k={cfg.draft_length} policy={cfg.policy} max_new_tokens={cfg.max_new_tokens} "
           f"prompts={len(cfg.prompts)} repeats={a.repeats}")
     print(f"{'run':<28}{'tokens/s':>10}{'ratio':>8}")
     print(f"{'regular (ours, k=0)':<28}{reg.median_tok_s:>10.1f}{1.0:>8.2f}")
@@ -201,7 +201,7 @@ def bench_json(r, repeats: int, busy: str | None) -> dict:
                    "rounds_ratio": arm.ratio} for name, arm in r.arms.items()}
     return {"target": r.target.name, "dtype": str(r.target.dtype).removeprefix("torch."), "device": str(r.target.device),
             "draft": getattr(r.proposer, "name", None), "batch_size": cfg.batch_size, "draft_length": cfg.draft_length,
-            "controller": cfg.controller, "max_new_tokens": cfg.max_new_tokens, "prompts": len(cfg.prompts),
+            "policy": cfg.policy, "max_new_tokens": cfg.max_new_tokens, "prompts": len(cfg.prompts),
             "repeats": repeats, "arms": arms,
             "peer_draft": getattr(r.peer_proposer, "name", None), "peer_vs_ours": r.peer_vs_ours if r.peer_proposer is not None else None,
             "peer_note": r.peer_note,

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from specviz.engine.policies import COST_AWARE, UNCALIBRATED, make_controller
+from specviz.engine.policies import COST_AWARE, UNCALIBRATED, make_policy
 from specviz.models.distilled import get_distilled_draft, is_distilled_draft
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.suffix import SuffixDraft
@@ -182,8 +182,8 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     k = cfg.draft_length if proposer is not None else 0
     # the CLI checks this before loading (specviz.checks); here for the app, a hub id, a .gguf
     check_fits([len(x) for x in ids], cfg.max_new_tokens, k, context_length(getattr(target.model, "config", None)), target.name)
-    cargs = dict(cfg.controller_args)
-    if cfg.controller in COST_AWARE and proposer is not None and "costs" not in cargs:
+    cargs = dict(cfg.policy_args)
+    if cfg.policy in COST_AWARE and proposer is not None and "costs" not in cargs:
         from specviz.analysis.costs import load_calibration, partial_note
 
         cal = load_calibration(target, proposer)
@@ -193,34 +193,34 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
             import warnings
 
             partial = partial_note(target, proposer)  # an interrupted calibration's points are no cost model
-            how = UNCALIBRATED.get(cfg.controller, UNCALIBRATED["k"])
-            warnings.warn(f"controller {cfg.controller!r}: no calibration for {target.name} + {proposer.name} on "
+            how = UNCALIBRATED.get(cfg.policy, UNCALIBRATED["k"])
+            warnings.warn(f"policy {cfg.policy!r}: no calibration for {target.name} + {proposer.name} on "
                           f"{target.device} ({target.dtype}); it picks {how} "
                           f"until `python -m specviz calibrate` runs for this pair" + (f" ({partial})" if partial else ""),
                           stacklevel=2)
-    shapes = cfg.controller == "tree"  # (k, W, N) per step, bounded by --draft-length and the tree flags
+    shapes = cfg.policy == "tree"  # (k, W, N) per step, bounded by --draft-length and the tree flags
     if shapes:
         cargs = {"w_max": cfg.tree_width, "n_max": cfg.tree_nodes, **cargs}
-    controller = make_controller(cfg.controller if proposer is not None else "fixed", k, **cargs)
+    policy = make_policy(cfg.policy if proposer is not None else "fixed", k, **cargs)
     tree = None
     if (cfg.tree_width > 1 or shapes) and proposer is not None:
         if not hasattr(proposer, "propose_tree"):
-            flag = "--controller tree" if shapes else f"--tree-width {cfg.tree_width}"
+            flag = "--policy tree" if shapes else f"--tree-width {cfg.tree_width}"
             raise SpecvizError(f"{flag} needs a draft that grows trees (a model draft or ngram); "
-                               f"{proposer.name} drafts chains only: use " + ("another --controller" if shapes else "--tree-width 1"))
+                               f"{proposer.name} drafts chains only: use " + ("another --policy" if shapes else "--tree-width 1"))
         from specviz.engine.treestep import TreeShape
 
         tree = TreeShape(cfg.tree_width, cfg.tree_nodes)
     return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens,
                            SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p), cfg.seed, prompts=prompts,
-                           controller=controller, accept_fn=accept_fn, slots=cfg.batch_size,
+                           policy=policy, accept_fn=accept_fn, slots=cfg.batch_size,
                            arrivals=cfg.arrivals(), refill=not cfg.static, tree=tree, options=forward_options(cfg),
                            synthetic=cfg.synthetic_acceptance if proposer is not None else None)
 
 
 def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
                     params: SamplingParams | None = None, seed: int = 0, prompts: list[str] | None = None,
-                    controller=None, accept_fn=None, keep_hidden: bool = False, slots: int | None = None,
+                    policy=None, accept_fn=None, keep_hidden: bool = False, slots: int | None = None,
                     arrivals: list[float] | None = None, refill: bool = True, tree=None,
                     options: ForwardOptions | None = None, synthetic: float | None = None) -> SpecDecoder:
     """The one place a SpecDecoder is built: over already-encoded prompts (measurements, data
@@ -231,12 +231,12 @@ def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_n
     (engine.treestep.TreeShape) makes every row draft a token tree; ``options`` say how the target's
     forwards run (None: the environment's defaults); ``synthetic`` (an alpha) replaces the acceptance
     rule by a seeded Bernoulli(alpha) per drafted position: the output is then not the target's text."""
-    if controller is None:
+    if policy is None:
         k = k if proposer is not None else 0
         proposer = proposer if k else None
-        controller = make_controller("fixed", k)
+        policy = make_policy("fixed", k)
     kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
-    return SpecDecoder(target, proposer, controller, prompts if prompts is not None else [""] * len(prompt_ids),
+    return SpecDecoder(target, proposer, policy, prompts if prompts is not None else [""] * len(prompt_ids),
                        prompt_ids, params or SamplingParams(), max_new_tokens, seed, keep_hidden=keep_hidden,
                        slots=slots, arrivals=arrivals, refill=refill, tree=tree, options=options,
                        synthetic=synthetic if proposer is not None else None, **kwargs)

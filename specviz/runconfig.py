@@ -25,13 +25,13 @@ class RunConfig:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
-    controller: str = "fixed"
+    policy: str = "fixed"
     mode: str = "speculative"
     device: str = "auto"
     dtype: str = "auto"
     device_map: str = "none"  # "auto": the target spread over every GPU (then CPU, disk) by accelerate
     raw_prompt: bool = False
-    controller_args: dict = dataclasses.field(default_factory=dict)
+    policy_args: dict = dataclasses.field(default_factory=dict)
     draft_confidence: float = 0.0  # model drafts: a row stops drafting after a token with draft probability below this
     # The request queue (issue 17): batch_size is the number of concurrent rows (slots); requests
     # (None = batch_size: one static batch, as before) run through them, a finished row's slot
@@ -112,8 +112,8 @@ class RunConfig:
         loaded models add (names, sizes, the resolved device and dtype) is specviz.run's."""
         d = dataclasses.asdict(self)
         d.pop("prompts")
-        d.pop("controller_args")
-        if self.tree_width == 1 and self.controller != "tree":  # chains: the trace's config reads as before trees
+        d.pop("policy_args")
+        if self.tree_width == 1 and self.policy != "tree":  # chains: the trace's config reads as before trees
             d.pop("tree_width"), d.pop("tree_nodes")
         if not self.cuda_graphs:  # the trace's config reads as before graphs
             d.pop("cuda_graphs")

@@ -25,10 +25,10 @@ BAD = [
     (["--draft-confidence", "1.5"], "draft confidence must be in [0, 1)"),
     (["--device", "cuda"], "CUDA is not available"),
     (["--device", "cuda:1"], "device 'cuda:1' was asked for but CUDA is not available"),  # the device as given
-    (["--controller", "nope"], "unknown controller"),
+    (["--policy", "nope"], "unknown policy"),
     (["--out", ""], "--out is empty"),
-    (["--draft", "ngram", "--controller", "analytic", "--controller-arg", "prior_alpa=0.5"], "has no option 'prior_alpa'"),
-    (["--draft", "ngram", "--controller", "goodput", "--controller-arg", "cost_ratio=nan"], "cost_ratio must be a number"),
+    (["--draft", "ngram", "--policy", "analytic", "--policy-arg", "prior_alpa=0.5"], "has no option 'prior_alpa'"),
+    (["--draft", "ngram", "--policy", "goodput", "--policy-arg", "cost_ratio=nan"], "cost_ratio must be a number"),
     (["--mode", "regular", "--tree-width", "2"], "--mode regular drafts nothing"),
     (["--draft", "ngram", "--draft-confidence", "0.5"], "has no confidence to stop on"),
     (["--static"], "give --requests N as well"),
@@ -137,19 +137,19 @@ def test_bench_at_batch_one_runs_the_transformers_peer(capsys):
     assert code == 0 and "transformers generate peer" in out and "ours vs peer" in out
 
 
-@pytest.mark.parametrize("controller,fallback", [("analytic", "batch-1 formula"), ("bass-capped", "batch-1 formula"),
+@pytest.mark.parametrize("policy,fallback", [("analytic", "batch-1 formula"), ("bass-capped", "batch-1 formula"),
                                                  ("tree", "illustrative roofline")])
-def test_cost_aware_controllers_warn_without_a_calibration(controller, fallback, monkeypatch, tmp_path):
+def test_cost_aware_policies_warn_without_a_calibration(policy, fallback, monkeypatch, tmp_path):
     import specviz.analysis.costs
 
     # run.make_decoder reads the pair's calibration through analysis.costs: none, whatever the cache holds
     monkeypatch.setattr(specviz.analysis.costs, "load_calibration", lambda target, proposer: None)
     out = tmp_path / "t.json"
     with pytest.warns(UserWarning, match=f"no calibration .* {fallback}"):
-        code = main(["run", "--prompt", "Count: 1 2 3 1 2 3", "--draft", "ngram", "--controller", controller,
-                     "--tree-width", "2" if controller == "tree" else "1",
+        code = main(["run", "--prompt", "Count: 1 2 3 1 2 3", "--draft", "ngram", "--policy", policy,
+                     "--tree-width", "2" if policy == "tree" else "1",
                      "--max-new-tokens", "4", "--dtype", "float32", "--device", "cpu", "--out", str(out)])
-    assert code == 0 and load_json(str(out))["config"]["controller"] == controller
+    assert code == 0 and load_json(str(out))["config"]["policy"] == policy
 
 
 def test_an_unreachable_hub_is_probed_once_and_a_hub_id_then_loads_from_the_local_cache_only(monkeypatch):
@@ -235,8 +235,8 @@ def test_calibrate_and_sweep_offer_only_the_run_flags_they_read():
     from specviz.checks.parser import build_parser
 
     p = build_parser()
-    for cmd, absent in (("calibrate", ["--prompt", "--temperature", "--batch-size", "--controller"]),
-                        ("sweep", ["--batch-size", "--draft-length", "--mode", "--controller", "--requests"]),
+    for cmd, absent in (("calibrate", ["--prompt", "--temperature", "--batch-size", "--policy"]),
+                        ("sweep", ["--batch-size", "--draft-length", "--mode", "--policy", "--requests"]),
                         ("bench", ["--mode"])):
         with pytest.raises(SystemExit):
             p.parse_args([cmd, absent[0], "x"])

@@ -121,7 +121,7 @@ class CostModel:
     def __call__(self, b, tokens_per_row):
         """Seconds for one forward; works elementwise on numpy arrays too."""
         if isinstance(b, (int, float)) and isinstance(tokens_per_row, (int, float)):
-            # The hot path (a controller calls this ~50 times a step): plain floats, no numpy.
+            # The hot path (a policy calls this ~50 times a step): plain floats, no numpy.
             return float(self.t_fixed + max(self.t_mem, self.t_token * b * tokens_per_row))
         return self.t_fixed + np.maximum(self.t_mem, self.t_token * np.multiply(b, tokens_per_row))
 

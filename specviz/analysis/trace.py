@@ -25,13 +25,15 @@ from specviz.records import Step
 # draft's top guess), and "path": the accepted nodes, root to leaf; "drafted" counts the nodes and
 # "draft_tokens" lists them in node order. The config has tree_width and tree_nodes. Chain runs
 # read as in version 2. A tree run's steps also carry "tree_width" and "tree_nodes": the (W, N) that
-# step drafted with (k = 0: 1 and 0), which --controller tree picks per step; there the config's
+# step drafted with (k = 0: 1 and 0), which --policy tree picks per step; there the config's
 # draft_length, tree_width and tree_nodes are its bounds. (Added fields: still version 3.)
 # A run with synthetic acceptance (RunConfig.synthetic_acceptance) has "synthetic_acceptance": alpha in its
 # config: its drafted tokens were accepted by a seeded Bernoulli(alpha) draw, not by the target, so its
 # text is not the target's (synthetic_label says so on every page and chart). (Added field: still version 3.)
-TRACE_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# Version 4: the config's draft-length policy is "policy" (before: "controller"); load_json renames it in
+# older traces, which read as before otherwise.
+TRACE_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 PHASES = ("draft", "verify", "accept", "bookkeeping")
 
 
@@ -226,6 +228,9 @@ def load_json(path_or_text) -> dict:
     if trace["version"] not in READABLE_VERSIONS:
         raise ValueError(f"unsupported trace version {trace['version']} (this specviz reads versions "
                          f"{', '.join(map(str, READABLE_VERSIONS))})")
+    cfg = trace["config"]
+    if isinstance(cfg, dict) and "controller" in cfg and "policy" not in cfg:  # versions 1-3 named it so
+        cfg["policy"] = cfg.pop("controller")
     return trace
 
 

@@ -111,7 +111,7 @@ def predicted_speedup(trace: dict, costs=None, cost_ratio: float = 0.05) -> floa
     b, k = int(cfg.get("batch_size", 1)), int(cfg.get("draft_length", 0))
     try:
         if costs is not None:
-            if k > 0 and cfg.get("controller", "fixed") == "fixed" and any(
+            if k > 0 and cfg.get("policy", "fixed") == "fixed" and any(
                     q.get("output_token_ids") for q in trace.get("sequences", [])):
                 return predicted_ragged([trace], k, costs)
             return analytic.speedup_batch(b, k, alpha, costs.target, costs.draft, costs.overhead, costs.regular_overhead)

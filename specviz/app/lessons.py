@@ -33,7 +33,7 @@ def _prompts(short: str) -> dict:
 
 
 # What every step starts from: the default pair, greedy, one fixed k, a race, no queue, the real acceptance rule.
-BASE = {"draft_kind": "default", "controller": "fixed", "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 64,
+BASE = {"draft_kind": "default", "policy": "fixed", "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 64,
         "seed": 0, "race": True, "requests": 0, "arrival_rate": 0.0, "synthetic_on": False,
         "synthetic_alpha": SLIDERS["synthetic_acceptance"][2], "batch_size": 1, "draft_length": 2, **_prompts("chat")}
 

@@ -21,7 +21,7 @@ MAX_TRACE_BYTES = 100 * 2**20  # a 64-row x 4,000-token run is ~60 MB of JSON; p
 # What specviz.engine.decoder writes; None is a row still going (a Live run's snapshot).
 FINISH_REASONS = ("eos", "length", "stopped")
 MAX_TOKEN_ID = 2**31 - 1  # no vocabulary is larger; a tokenizer's decode overflows past its integer type
-CONFIG_TEXT = ("target", "draft", "controller", "mode", "device", "dtype", "target_name", "draft_name")
+CONFIG_TEXT = ("target", "draft", "policy", "mode", "device", "dtype", "target_name", "draft_name")
 CONFIG_NUMBERS = ("max_new_tokens", "temperature", "top_p", "seed", "draft_confidence", "requests", "arrival_rate",
                   "tree_width", "tree_nodes", "target_layers", "target_params", "target_own_params", "draft_layers",
                   "draft_params", "draft_own_params", "synthetic_acceptance")

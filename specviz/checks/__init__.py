@@ -36,8 +36,8 @@ CHECKED = {
     **PEER_CHECKED,
     "prompt": "some text; fits the context",
     "prompts": "a readable UTF-8 file of prompts (or JSONL), not a directory, not empty; fits the context",
-    "controller": "a known policy, built once with its --controller-arg options; tree: a tree draft, --tree-width >= 2",
-    "controller_arg": "KEY=VALUE, accepted by the policy",
+    "policy": "a known policy, built once with its --policy-arg options; tree: a tree draft, --tree-width >= 2",
+    "policy_arg": "KEY=VALUE, accepted by the policy",
     "device": "auto, cpu or cuda[:N] where CUDA is present",
     "device_map": "none or auto (choices=); auto spreads over every GPU, so only with --device auto or cuda",
     "out": "run: a file in a writable folder, not a directory; distill: a writable folder",
@@ -252,32 +252,32 @@ def check_context(a, cmd: str, prompts: list[str], target_dir: Path | None, draf
         check_fits(lengths, a.max_new_tokens, k, context, model)
 
 
-# The --controller-arg keys each policy reads (run.make_decoder passes costs itself, and w_max, n_max from the tree flags).
+# The --policy-arg keys each policy reads (run.make_decoder passes costs itself, and w_max, n_max from the tree flags).
 _ANALYTIC_OPTIONS = ("cost_ratio", "verify_ratio", "prior_alpha", "decay", "k_max")
-CONTROLLER_OPTIONS = {"fixed": (), "heuristic": ("k_max",), "bass": ("k_max",), "bass-capped": _ANALYTIC_OPTIONS,
+POLICY_OPTIONS = {"fixed": (), "heuristic": ("k_max",), "bass": ("k_max",), "bass-capped": _ANALYTIC_OPTIONS,
                       "table": ("table",), "analytic": _ANALYTIC_OPTIONS, "goodput": _ANALYTIC_OPTIONS,
                       "tree": ("w_max", "n_max", "knee", "cost_ratio", "verify_ratio", "prior_alpha", "decay")}
 
 
-def check_controller(a) -> None:
-    from specviz.engine.policies import make_controller
+def check_policy(a) -> None:
+    from specviz.engine.policies import make_policy
 
     cargs = {}
-    for kv in a.controller_arg:
+    for kv in a.policy_arg:
         key, sep, val = kv.partition("=")
         if not sep or not key:
-            raise SpecvizError(f"--controller-arg wants KEY=VALUE (got {kv!r})")
-        known = CONTROLLER_OPTIONS.get(a.controller)
+            raise SpecvizError(f"--policy-arg wants KEY=VALUE (got {kv!r})")
+        known = POLICY_OPTIONS.get(a.policy)
         if known is not None and key not in known:  # a misspelt key would be ignored without a word
-            raise SpecvizError(f"--controller {a.controller} has no option {key!r}"
+            raise SpecvizError(f"--policy {a.policy} has no option {key!r}"
                                + (f": its options are {', '.join(known)}" if known else ": it takes none"))
         cargs[key] = val
     try:
-        make_controller(a.controller, max(a.draft_length, 0), **cargs)
+        make_policy(a.policy, max(a.draft_length, 0), **cargs)
     except SpecvizError:
         raise
     except (TypeError, ValueError) as e:
-        raise SpecvizError(f"--controller {a.controller} with {a.controller_arg}: {e}") from None
+        raise SpecvizError(f"--policy {a.policy} with {a.policy_arg}: {e}") from None
 
 
 def check_device(device: str) -> None:
@@ -303,13 +303,13 @@ def check_run_args(cmd: str, a) -> None:
     target_dir = model_dir(a.target, "--target")
     draft_dir = check_draft(a.draft, "--draft")
     check_peer_args(a, check_draft)
-    shapes = a.controller == "tree"  # it picks (k, W, N) per step, up to --draft-length, --tree-width, --tree-nodes
+    shapes = a.policy == "tree"  # it picks (k, W, N) per step, up to --draft-length, --tree-width, --tree-nodes
     if (getattr(a, "tree_width", 1) > 1 or shapes) and a.draft == "none":
-        flag = "--controller tree" if shapes else f"--tree-width {a.tree_width}"
+        flag = "--policy tree" if shapes else f"--tree-width {a.tree_width}"
         raise SpecvizError(f"{flag} needs a draft that grows trees: a model draft or ngram")
     if shapes and a.tree_width < 2:
-        raise SpecvizError("--controller tree picks each step's width up to --tree-width: give --tree-width 2 or more "
-                           "(with --tree-width 1, chains, use --controller analytic)")
+        raise SpecvizError("--policy tree picks each step's width up to --tree-width: give --tree-width 2 or more "
+                           "(with --tree-width 1, chains, use --policy analytic)")
     if cmd in ("sweep", "bench"):  # both race speculative decoding against regular decoding
         what = "a sweep" if cmd == "sweep" else "bench"
         if a.draft == "none":  # (neither offers --mode: each runs regular decoding beside speculative itself)
@@ -318,8 +318,8 @@ def check_run_args(cmd: str, a) -> None:
         raise SpecvizError("--json prints bench's own summary; --peer vllm prints vLLM's table: drop one of them")
     if cmd == "run" and a.out is not None and not a.out.strip():
         raise SpecvizError("--out is empty: give the trace's file name, or leave --out out to write no trace")
-    if a.mode == "regular" and (getattr(a, "tree_width", 1) > 1 or a.controller != "fixed"):
-        raise SpecvizError("--mode regular drafts nothing, so --tree-width and --controller do not apply: drop them "
+    if a.mode == "regular" and (getattr(a, "tree_width", 1) > 1 or a.policy != "fixed"):
+        raise SpecvizError("--mode regular drafts nothing, so --tree-width and --policy do not apply: drop them "
                            "or drop --mode regular")
     if getattr(a, "draft_confidence", 0) and (a.draft.startswith("ngram") or a.draft in ("none", "suffix")):
         raise SpecvizError(f"--draft-confidence stops a model draft early; the {a.draft} draft has no confidence to "
@@ -330,7 +330,7 @@ def check_run_args(cmd: str, a) -> None:
         if not a.draft.endswith("suffix"):
             raise SpecvizError("--suffix-corpus holds the suffix draft's global structure: give --draft suffix too")
         check_out_file(a.suffix_corpus, "--suffix-corpus")
-    check_controller(a)
+    check_policy(a)
     prompts = prompts_of(a)
     if cmd != "calibrate" and not prompts:
         raise SpecvizError("no prompts given: pass --prompt TEXT, --prompts FILE or --prompt-set NAME")

@@ -15,7 +15,7 @@ from specviz.common import EXIT_BAD_INPUT, EXIT_MISSING, EXIT_OK, EXIT_OUT_OF_ME
 
 # What calibrate and sweep read of the run flags; the rest are left out of their parsers (specviz.checks.runflags).
 CALIBRATE_FLAGS = ("--target", "--draft", "--device", "--dtype", "--device-map", "--cuda-graphs")
-SWEEP_OMITS = ("--batch-size", "--draft-length", "--mode", "--controller", "--controller-arg", "--tree-width",
+SWEEP_OMITS = ("--batch-size", "--draft-length", "--mode", "--policy", "--policy-arg", "--tree-width",
                "--tree-nodes", "--requests", "--arrival-rate", "--static")  # the grid sets b and k; cells are static
 
 

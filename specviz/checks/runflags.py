@@ -13,7 +13,7 @@ import argparse
 
 from specviz.prompts.sets import SET_NAMES
 
-CONTROLLER_HELP = ("draft-length policy: fixed, heuristic, bass, bass-capped, table, analytic, goodput, or tree: "
+POLICY_HELP = ("draft-length policy: fixed, heuristic, bass, bass-capped, table, analytic, goodput, or tree: "
                    "(depth k, width W, nodes N) per step, up to --draft-length, --tree-width and --tree-nodes, from the "
                    "calibrated costs and the running acceptance by depth x sibling rank (uncalibrated: an illustrative "
                    "roofline, a draft forward 0.1 of a target forward, both flat to 64 tokens)")
@@ -62,18 +62,18 @@ RUN_FLAGS = [
                                 help="tokens drafted per row and step (vLLM's num_speculative_tokens); 0 drafts none")),
         ("--mode", dict(choices=["speculative", "regular"], default="speculative",
                         help="regular: plain decoding through the same engine (k = 0)")),
-        ("--controller", dict(default="fixed", metavar="NAME", help=CONTROLLER_HELP)),
-        ("--controller-arg", dict(action="append", default=[], metavar="KEY=VALUE",
+        ("--policy", dict(default="fixed", metavar="NAME", help=POLICY_HELP)),
+        ("--policy-arg", dict(action="append", default=[], metavar="KEY=VALUE",
                                   help="an option of the policy, repeatable (e.g. table=1:4,8:2)")),
         ("--draft-confidence", dict(type=float, default=0.0, metavar="P",
                                     help="model drafts: a row stops drafting after a token the draft gives probability "
                                          "< P (transformers' assistant_confidence_threshold; 0 = always draft k)")),
         ("--tree-width", dict(type=int, default=1, metavar="W",
                               help="token trees (model drafts): expand the top W children of the W best frontier nodes "
-                                   "at each depth up to --draft-length (1 = chains); with --controller tree the widest W")),
+                                   "at each depth up to --draft-length (1 = chains); with --policy tree the widest W")),
         ("--tree-nodes", dict(type=int, default=16, metavar="N",
                               help="with --tree-width > 1: draft nodes kept per row (the best by draft probability); "
-                                   "with --controller tree the most nodes")),
+                                   "with --policy tree the most nodes")),
         ("--suffix-corpus", dict(metavar="FILE",
                                  help="with --draft suffix or MODEL+suffix: the global suffix structure (earlier "
                                       "requests' outputs), loaded at the start when the file exists; run saves it "
@@ -101,6 +101,8 @@ RUN_FLAGS = [
     ]),
 ]
 DESTS = {flag: flag[2:].replace("-", "_") for _, flags in RUN_FLAGS for flag, _ in flags}
+# Earlier names that still parse (scripts and recorded commands use them), not shown in --help.
+FORMER_NAMES = {"--policy": "--controller", "--policy-arg": "--controller-arg"}
 
 
 def add_run_args(p: argparse.ArgumentParser, omit: tuple[str, ...] = ()) -> dict[str, argparse._ArgumentGroup]:
@@ -117,6 +119,10 @@ def add_run_args(p: argparse.ArgumentParser, omit: tuple[str, ...] = ()) -> dict
             if title not in groups:
                 groups[title] = p.add_argument_group(title)
             groups[title].add_argument(flag, **kw)
+            if flag in FORMER_NAMES:
+                same = {k: v for k, v in kw.items() if k not in ("help", "default")}
+                groups[title].add_argument(FORMER_NAMES[flag], dest=DESTS[flag], help=argparse.SUPPRESS,
+                                           default=argparse.SUPPRESS, **same)
     p.set_defaults(**fixed)
     return groups
 

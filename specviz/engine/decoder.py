@@ -99,7 +99,7 @@ class SpecDecoder:
         self,
         target,  # specviz.models.loading.LoadedModel
         proposer,  # a specviz.engine.proposers proposer, or None for regular decoding
-        controller,  # draft-length policy (specviz.engine.policies)
+        policy,  # draft-length policy (specviz.engine.policies)
         prompts: list[str],
         prompt_ids: list[list[int]],
         params: SamplingParams,
@@ -117,7 +117,7 @@ class SpecDecoder:
     ):
         self.target = target
         self.proposer = proposer
-        self.controller = controller
+        self.policy = policy
         self.params = params
         self.max_new_tokens = max_new_tokens
         self.device = target.device
@@ -247,7 +247,7 @@ class SpecDecoder:
         if not joined:  # no prefill this step: the queue count's microseconds go to the draft phase
             clock[-1] = clock[0]
         B = len(self.active)
-        k = self.controller.next_k(B) if self.proposer is not None else 0
+        k = self.policy.next_k(B) if self.proposer is not None else 0
         width, rows, compacted, left, shape = self._phases(step, k, lap)
         t_start, t_prefill, t_draft, t_verify, t_accept, t_end = clock
         for r in left:
@@ -296,7 +296,7 @@ class SpecDecoder:
                 keep.append(i)
             else:
                 r.leave_step = step
-        self.controller.observe(drafted, num_accepted, rows=[r.index for r in self.active],
+        self.policy.observe(drafted, num_accepted, rows=[r.index for r in self.active],
                                 remaining=[0 if r.finish_reason else self.max_new_tokens - len(r.output)
                                            for r in self.active])
         left = [r for r in self.active if r.finish_reason is not None]

@@ -2,7 +2,7 @@
 
 A policy sees only what a real server would: the batch size and, after each step, the drafted
 and accepted counts of every active row. Policies are small stateful objects; build one by
-name with :func:`make_controller`.
+name with :func:`make_policy`.
 
 Interface (every policy):
   - ``name``: the CLI name;
@@ -289,20 +289,20 @@ class Goodput(Analytic):
 # ---------------------------------------------------------------------------------------------
 # Builders take the starting / fixed k and ignore options meant for other policies, so a caller
 # can pass one set (k_max, table, costs, ...) whatever the name. Numbers may arrive as strings
-# (``--controller-arg k_max=8``): each builder converts its own.
+# (``--policy-arg k_max=8``): each builder converts its own.
 
 
 def _number(kind, key: str, value):
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise SpecvizError(f"controller option {key}={value!r} is not a valid {kind.__name__}") from None
+        raise SpecvizError(f"policy option {key}={value!r} is not a valid {kind.__name__}") from None
 
 
 def _k_max(value, key: str = "k_max") -> int:
     k_max = _number(int, key, value)
     if k_max < 1:
-        raise SpecvizError(f"controller option {key} must be >= 1, got {k_max}")
+        raise SpecvizError(f"policy option {key} must be >= 1, got {k_max}")
     return k_max
 
 
@@ -320,13 +320,13 @@ def _bass_capped(k, k_max=K_MAX, **kwargs):
 
 def _table(k, table=None, **_):
     if table is None:
-        raise SpecvizError("controller 'table' needs a k table, e.g. '1:4,4:3,16:1,64:0'")
+        raise SpecvizError("policy 'table' needs a k table, e.g. '1:4,4:3,16:1,64:0'")
     return Table(parse_k_table(table) if isinstance(table, str) else dict(table))
 
 
 def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, decay=0.9, k_max=K_MAX, **_):
     if costs is not None and not isinstance(costs, analytic.Costs):
-        raise SpecvizError("controller option costs must be an analytic.Costs (fit it with analytic.fit_cost_model)")
+        raise SpecvizError("policy option costs must be an analytic.Costs (fit it with analytic.fit_cost_model)")
     policy = Analytic(
         costs=costs,
         cost_ratio=_number(float, "cost_ratio", cost_ratio),
@@ -336,9 +336,9 @@ def _analytic(k, costs=None, cost_ratio=0.1, verify_ratio=1.0, prior_alpha=0.6, 
         k_max=_k_max(k_max),
     )
     if not (0.0 <= policy.prior_alpha <= 1.0 and 0.0 <= policy.decay <= 1.0):
-        raise SpecvizError("controller options prior_alpha and decay must be in [0, 1]")
+        raise SpecvizError("policy options prior_alpha and decay must be in [0, 1]")
     if not (0.0 <= policy.cost_ratio < math.inf and 0.0 < policy.verify_ratio < math.inf):  # nan fails both
-        raise SpecvizError(f"controller options cost_ratio must be a number >= 0 and verify_ratio one > 0 "
+        raise SpecvizError(f"policy options cost_ratio must be a number >= 0 and verify_ratio one > 0 "
                            f"(got cost_ratio={policy.cost_ratio}, verify_ratio={policy.verify_ratio})")
     return policy
 
@@ -352,7 +352,7 @@ def _tree(k, w_max=4, n_max=32, knee=64, prior_alpha=0.4, decay=0.95, **kwargs):
     """treepolicy.TreeShapes: k (--draft-length) bounds the depth; run.make_decoder passes --tree-width and
     --tree-nodes as w_max and n_max. Without costs: treepolicy.illustrative_costs(cost_ratio, knee)."""
     if int(k) < 1:
-        raise SpecvizError("controller 'tree' needs --draft-length 1 or more: the deepest tree it may draft")
+        raise SpecvizError("policy 'tree' needs --draft-length 1 or more: the deepest tree it may draft")
     a = _analytic(k, prior_alpha=prior_alpha, decay=decay, **kwargs)  # costs, cost_ratio, prior and decay checked
     costs = a.costs or treepolicy.illustrative_costs(a.cost_ratio, _number(float, "knee", knee))
     return treepolicy.TreeShapes(costs, k_max=int(k), w_max=_k_max(w_max, "w_max"), n_max=_k_max(n_max, "n_max"),
@@ -362,7 +362,7 @@ def _tree(k, w_max=4, n_max=32, knee=64, prior_alpha=0.4, decay=0.95, **kwargs):
 # Policies that choose k from the calibrated cost model (runner hands them the pair's calibration).
 COST_AWARE = ("analytic", "bass-capped", "goodput", "tree")
 
-CONTROLLERS = {
+POLICIES = {
     "fixed": lambda k, **_: Fixed(k),
     "heuristic": _heuristic,
     "bass": _bass,
@@ -380,7 +380,7 @@ UNCALIBRATED = {"k": "k from the batch-1 formula (cost ratio 0.1)",
                 "tree": "(k, W, N) from an illustrative roofline (a draft forward costs 0.1 of a target forward, "
                         "both flat up to 64 tokens)"}
 
-def make_controller(name: str, k: int, **kwargs):
+def make_policy(name: str, k: int, **kwargs):
     """Build a policy by CLI name; ``k`` is the starting / fixed draft length.
 
     Extra options: ``k_max`` (heuristic, bass, bass-capped, analytic; default 16); ``table``
@@ -390,6 +390,6 @@ def make_controller(name: str, k: int, **kwargs):
     bass starts at ``k`` (the paper starts at 7); analytic ignores ``k`` (it starts from the prior); tree
     takes it as the depth bound, ``w_max`` and ``n_max`` as the width and node bounds, ``knee`` too.
     """
-    if name not in CONTROLLERS:
-        raise SpecvizError(f"unknown controller {name!r}: choose one of {', '.join(sorted(CONTROLLERS))}")
-    return CONTROLLERS[name](k, **kwargs)
+    if name not in POLICIES:
+        raise SpecvizError(f"unknown policy {name!r}: choose one of {', '.join(sorted(POLICIES))}")
+    return POLICIES[name](k, **kwargs)

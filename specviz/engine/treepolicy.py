@@ -19,7 +19,7 @@ Acceptance: a(d, r) = accepted / tried per (depth, rank) cell (treestats' counti
 tried when the walk reached its parent), exponentially weighted by ``decay`` per step, from a
 prior a(d, r) = prior_alpha (1 - prior_alpha)^r worth ``prior_weight`` tries per cell.
 
-``--controller tree`` (policies.CONTROLLERS) builds one: --draft-length, --tree-width and
+``--policy tree`` (policies.POLICIES) builds one: --draft-length, --tree-width and
 --tree-nodes bound k, W and N; without a calibration the costs are :func:`illustrative_costs`.
 """
 

@@ -110,7 +110,7 @@ class TreeStep:
     def draft(self, dec, k: int) -> TreeDrafts:
         contexts = [r.context for r in dec.active]
         if k:
-            width, nodes = getattr(dec.controller, "shape", (self.shape.width, self.shape.nodes))  # a shape policy's pick
+            width, nodes = getattr(dec.policy, "shape", (self.shape.width, self.shape.nodes))  # a shape policy's pick
             tree = dec.proposer.propose_tree(contexts, k, width, nodes, dec.params)
         else:  # a regular step (k = 0, e.g. the shape policy's pick) drafts no tree
             width, nodes, tree = 1, 0, TokenTree.empty(len(contexts), dec.device)
@@ -127,8 +127,8 @@ class TreeStep:
         d.paths, d.fed_slots = [h["path"] for h in host], [h["fed_slot"] for h in host]
         trees = {r.index: TreeNodes.from_json({**h["nodes"], "path": h["path"]}) for h, r in zip(host, dec.active)}
         drafted = d.shape != (1, 0)
-        if drafted and hasattr(dec.controller, "observe_trees"):  # treepolicy.TreeShapes: acceptance by depth x rank
-            dec.controller.observe_trees(list(trees.values()))
+        if drafted and hasattr(dec.policy, "observe_trees"):  # treepolicy.TreeShapes: acceptance by depth x rank
+            dec.policy.observe_trees(list(trees.values()))
         # the root, the accepted path's slots (parents before children) stay; every other node is a hole
         return StepVerdict([h["num_accepted"] for h in host], [h["emitted"] for h in host],
                            [list(t.token) for t in trees.values()], verdict.keep_slots,

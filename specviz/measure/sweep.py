@@ -39,7 +39,7 @@ def measure_cell(base: RunConfig, b: int, k: int, target, proposer, calibration,
     """One (b, k) cell: every prompt at batch size b, regular and speculative interleaved over
     ``repeats`` rounds (specviz.measure.bench), alpha from the accepted tokens of the last
     round's speculative traces, and the cost model's predictions at that alpha."""
-    reg_cfg = dataclasses.replace(base, batch_size=b, draft_length=0, mode="regular", controller="fixed")
+    reg_cfg = dataclasses.replace(base, batch_size=b, draft_length=0, mode="regular", policy="fixed")
     spec_cfg = dataclasses.replace(reg_cfg, draft_length=k, mode="speculative")
     res = interleaved({"regular": engine_arm(reg_cfg, target, None),
                        "speculative": engine_arm(spec_cfg, target, proposer)}, repeats)

@@ -186,9 +186,9 @@ def check_peer(cfg: RunConfig, peer_draft: str | None = None) -> None:
     if peer_draft is None and not is_regular(cfg) and not is_ngram(cfg.draft):
         raise SpecvizError(f"vLLM cannot serve specviz's {cfg.draft} draft: compare it with vLLM's regular decoding "
                            f"(--peer-draft none) or its n-grams (--peer-draft ngram), or run --draft ngram on both")
-    if cfg.tree_width > 1 or cfg.controller != "fixed" or cfg.arrival_rate or cfg.static:
+    if cfg.tree_width > 1 or cfg.policy != "fixed" or cfg.arrival_rate or cfg.static:
         raise SpecvizError("the vLLM peer bench runs fixed-k chains with every request queued at the start: drop "
-                           "--tree-width, --controller, --arrival-rate and --static")
+                           "--tree-width, --policy, --arrival-rate and --static")
 
 
 def vllm_draft(cfg: RunConfig, peer_draft: str | None = None) -> tuple[str, int]:

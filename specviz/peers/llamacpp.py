@@ -52,10 +52,10 @@ def check_llamacpp(c, modes: str | None, weights: str, peer_draft: str | None) -
     ``c``: the parsed flags or the RunConfig made of them (the same names)."""
     if c.temperature != 0:
         raise SpecvizError("the llama.cpp peer bench compares greedy outputs: use --temperature 0")
-    if (getattr(c, "tree_width", 1) > 1 or getattr(c, "controller", "fixed") != "fixed"
+    if (getattr(c, "tree_width", 1) > 1 or getattr(c, "policy", "fixed") != "fixed"
             or getattr(c, "arrival_rate", 0.0) or getattr(c, "static", False)):
         raise SpecvizError("the llama.cpp peer bench runs fixed-k chains with every request queued at the start: drop "
-                           "--tree-width, --controller, --arrival-rate and --static")
+                           "--tree-width, --policy, --arrival-rate and --static")
     w = _list(weights, WEIGHTS, "--peer-weights")
     if "q4_1" in w and c.target != "default":
         raise SpecvizError("--peer-weights q4_1 is the packaged default's own 4-bit file: only with --target default")

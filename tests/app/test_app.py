@@ -397,20 +397,20 @@ def test_cuda_graphs_box_is_off_without_cuda_and_a_graphs_run_is_recorded_and_ex
             == [s["output_token_ids"] for s in run.regular_trace["sequences"]])
 
 
-@pytest.mark.parametrize("controller,fallback", [("bass-capped", "batch-1 formula"), ("tree", "illustrative roofline")])
-def test_cost_aware_policies_say_when_uncalibrated_and_run(controller, fallback, monkeypatch):
+@pytest.mark.parametrize("policy,fallback", [("bass-capped", "batch-1 formula"), ("tree", "illustrative roofline")])
+def test_cost_aware_policies_say_when_uncalibrated_and_run(policy, fallback, monkeypatch):
     """analytic / bass-capped / tree need the calibrated cost model; without one the page says what they use."""
     monkeypatch.setattr(appstate, "trace_costs", lambda *a, **k: None)
     at = new_app()
-    at.selectbox(key="controller").set_value(controller).run()
+    at.selectbox(key="policy").set_value(policy).run()
     assert any("Not calibrated yet" in c.value and fallback in c.value for c in at.caption)
     run = finish(at, start_live_run(at, batch=2, max_new=4))
-    assert run.status == "done" and run.trace["config"]["controller"] == controller
+    assert run.status == "done" and run.trace["config"]["policy"] == policy
     assert not at.exception and not errors(at)
-    if controller == "tree":  # token trees with the page's bounds, each step's (W, N) in the trace
+    if policy == "tree":  # token trees with the page's bounds, each step's (W, N) in the trace
         assert (run.trace["config"]["tree_width"], run.trace["config"]["tree_nodes"]) == (4, 16)
         assert all(s["tree_width"] <= 4 and s["tree_nodes"] <= 16 for s in run.trace["steps"])
-    at.selectbox(key="controller").set_value("fixed").run()
+    at.selectbox(key="policy").set_value("fixed").run()
     assert not any("Not calibrated yet" in c.value for c in at.caption)
 
 
@@ -433,7 +433,7 @@ def known_trace(b=2, k=3):
     seqs = [{"index": i, "prompt": "p", "prompt_token_ids": [1, 2], "finish_reason": "length", "text": None,
              "output_token_ids": [t for rows in plan for x in rows if x["index"] == i for t in x["emitted"]]}
             for i in range(b)]
-    cfg = {"batch_size": b, "draft_length": k, "controller": "fixed", "mode": "speculative", "temperature": 0.0,
+    cfg = {"batch_size": b, "draft_length": k, "policy": "fixed", "mode": "speculative", "temperature": 0.0,
            "target_name": "hand-made", "draft_name": "hand-made draft", "dtype": "float32", "device": "cpu",
            "draft_layers": 2, "draft_params": 40_000_000, "draft_own_params": 12_000_000, "target_layers": 30,
            "target_params": 135_000_000}

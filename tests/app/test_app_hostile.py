@@ -32,7 +32,7 @@ def hand_trace(k: int = 2) -> dict:
               "t_accept": 0.001, "t_bookkeeping": 0.002, "rows": r} for n, r in enumerate(rows)]
     seqs = [{"index": 0, "prompt": "p", "prompt_token_ids": [1, 2], "finish_reason": "length", "text": None,
              "output_token_ids": [10, 11, 13, 14, 15]}]
-    cfg = {"batch_size": 1, "draft_length": k, "controller": "fixed", "mode": "speculative", "temperature": 0.0,
+    cfg = {"batch_size": 1, "draft_length": k, "policy": "fixed", "mode": "speculative", "temperature": 0.0,
            "target_name": "hand-made", "draft_name": "hand-made draft", "dtype": "float32", "device": "cpu"}
     return build_trace(cfg, {}, seqs, steps, [], 0.08, 0.01)
 

@@ -101,10 +101,10 @@ def test_a_real_trace_with_html_in_its_texts_is_shown_as_text_on_every_page(real
     at.run()
     upload(at, PAYLOAD + ".json", hostile)
     assert not at.error, [e.value for e in at.error]
-    assert at.session_state[appstate.TRACE_KEY]["config"]["controller"] == PAYLOAD
+    assert at.session_state[appstate.TRACE_KEY]["config"]["policy"] == PAYLOAD
     assert_no_markup_from_the_trace(at, "live")
     captions = [c.value for c in at.caption]
-    assert any(f"controller={md_escape(PAYLOAD)}" in c for c in captions), captions
+    assert any(f"policy={md_escape(PAYLOAD)}" in c for c in captions), captions
     assert any(md_escape(f"upload: {PAYLOAD}.json") in c for c in captions), captions
     assert any("What is this draft:** " + md_escape(PAYLOAD) in c for c in captions), captions
     assert any("Hello" in m.value and "color:#" in m.value for m in at.markdown)  # the ids decoded, coloured

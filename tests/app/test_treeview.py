@@ -99,7 +99,7 @@ def tree_trace():
     seqs = [{"index": r.index, "output_token_ids": r.output, "prompt_token_ids": r.prompt_ids, "prompt": "p",
              "text": None, "finish_reason": "length"} for r in dec.rows]
     cfg = {"mode": "speculative", "batch_size": 3, "draft_length": 3, "tree_width": 3, "tree_nodes": 8,
-           "controller": "fixed", "dtype": "float32", "device": "cpu", "temperature": 0.0}
+           "policy": "fixed", "dtype": "float32", "device": "cpu", "temperature": 0.0}
     return build_trace(cfg, {}, seqs, steps, [], 1.0, 0.1)
 
 

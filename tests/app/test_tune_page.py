@@ -28,7 +28,7 @@ def ngram_trace():
     seqs = [{"index": i, "prompt": "p", "prompt_token_ids": [1, 2], "finish_reason": "length", "text": None,
              "output_token_ids": [t for rows in plan for x in rows if x["index"] == i for t in x["emitted"]]}
             for i in range(2)]
-    cfg = {"batch_size": 2, "draft_length": 3, "controller": "fixed", "mode": "speculative", "temperature": 0.0,
+    cfg = {"batch_size": 2, "draft_length": 3, "policy": "fixed", "mode": "speculative", "temperature": 0.0,
            "target_name": "hand-made", "draft": "ngram", "draft_name": "ngram", "dtype": "float32", "device": "cpu"}
     return build_trace(cfg, {}, seqs, steps, [], 0.1, 0.01)
 

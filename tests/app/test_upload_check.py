@@ -32,7 +32,7 @@ def engine_trace() -> dict:
     steps = [s.to_json() if hasattr(s, "to_json") else s for s in dec.steps()]
     seqs = [dict(sequence_record(r, target.tokenizer), prompt=f"prompt {r.index}") for r in dec.rows]
     cfg = {"target": "tiny", "draft": "tiny-draft", "batch_size": 2, "requests": 5, "draft_length": 3, "tree_width": 3,
-           "tree_nodes": 8, "controller": "fixed", "mode": "speculative", "dtype": "float32", "device": "cpu",
+           "tree_nodes": 8, "policy": "fixed", "mode": "speculative", "dtype": "float32", "device": "cpu",
            "temperature": 0.0, "target_name": target.name, "draft_name": "tiny-draft", "draft_params": 1000}
     samples = [{"t": 0.01 * i, "util_pct": 50.0, "mem_bytes": 2**30, "proc_cpu_pct": 80.0, "source": "psutil"}
                for i in range(3)]
@@ -132,7 +132,7 @@ def test_html_in_every_text_field_is_refused_in_one_line_by_its_finish_reason(en
 
 def test_html_in_every_text_field_but_the_finish_reasons_passes_as_text_the_pages_escape(engine_trace):
     t = upload(every_text_replaced(engine_trace, keep=("finish_reason",)))
-    assert t["config"]["controller"] == PAYLOAD and t["sequences"][0]["prompt"] == PAYLOAD
+    assert t["config"]["policy"] == PAYLOAD and t["sequences"][0]["prompt"] == PAYLOAD
 
 
 @pytest.mark.parametrize("field,fn", [

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from specviz.analysis.costs import Calibration
+from specviz.analysis.trace import TRACE_VERSION
 from specviz.common import cache_dir
 import locations
 
@@ -70,7 +71,7 @@ def test_steps_that_need_real_weights_say_they_were_skipped(smoke):
 def test_the_trace_and_both_calibrations_come_back_beside_the_results(smoke):
     proc, out, md, before = smoke
     trace = json.loads((out / "trace-nvml.json").read_text())
-    assert trace["version"] == 3 and trace["steps"] and isinstance(trace["telemetry"], list)
+    assert trace["version"] == TRACE_VERSION and trace["steps"] and isinstance(trace["telemetry"], list)
     cal = Calibration.from_json(json.loads((out / "calibration-synthetic-tiny.json").read_text()))
     assert cal.target == "synthetic:tiny" and cal.draft == "synthetic:tiny-draft"
     assert len(cal.samples["target"]) == 2 * 3 and all(t > 0 for _, _, t in cal.samples["target"])

@@ -52,10 +52,12 @@ SHARED = [
     (["--top-p", "0"], "top-p must be in (0, 1]"),
     (["--top-p", "1.01"], "top-p must be in (0, 1]"),
     (["--seed", "-1"], "seed must be 0 or more"),
-    (["--controller", "nope"], "unknown controller"),
-    (["--controller", "table"], "controller 'table' needs a k table"),
-    (["--controller-arg", "k_max"], "--controller-arg wants KEY=VALUE"),
-    (["--controller", "heuristic", "--controller-arg", "k_max=0"], "k_max must be >= 1"),
+    (["--policy", "nope"], "unknown policy"),
+    (["--policy", "table"], "policy 'table' needs a k table"),
+    (["--policy-arg", "k_max"], "--policy-arg wants KEY=VALUE"),
+    (["--controller", "nope"], "unknown policy"),  # the flags' former names are checked the same way
+    (["--controller-arg", "k_max"], "--policy-arg wants KEY=VALUE"),
+    (["--policy", "heuristic", "--policy-arg", "k_max=0"], "k_max must be >= 1"),
     (["--device", "tpu"], "unknown device 'tpu'"),
     (["--device-map", "auto", "--device", "cpu"], "--device-map auto spreads the target over every GPU"),
     (["--device-map", "auto", "--device", "cuda:1"], "give --device auto or cuda, not cuda:1"),
@@ -67,11 +69,11 @@ SHARED = [
     (["--tree-width", "0"], "tree width must be at least 1 (got 0)"),
     (["--tree-nodes", "0"], "tree nodes must be at least 1 (got 0)"),
     (["--draft", "none", "--tree-width", "2"], "--tree-width 2 needs a draft that grows trees"),
-    (["--controller", "tree"], "--controller tree picks each step's width up to --tree-width: give --tree-width 2"),
-    (["--controller", "tree", "--tree-width", "3", "--draft", "none"], "--controller tree needs a draft that grows"),
-    (["--controller", "tree", "--tree-width", "3", "--draft-length", "0"], "controller 'tree' needs --draft-length 1"),
-    (["--controller", "tree", "--tree-width", "3", "--controller-arg", "knee=0"], "needs knee > 0 tokens"),
-    (["--controller", "tree", "--tree-width", "3", "--controller-arg", "w_max=0"], "w_max must be >= 1"),
+    (["--policy", "tree"], "--policy tree picks each step's width up to --tree-width: give --tree-width 2"),
+    (["--policy", "tree", "--tree-width", "3", "--draft", "none"], "--policy tree needs a draft that grows"),
+    (["--policy", "tree", "--tree-width", "3", "--draft-length", "0"], "policy 'tree' needs --draft-length 1"),
+    (["--policy", "tree", "--tree-width", "3", "--policy-arg", "knee=0"], "needs knee > 0 tokens"),
+    (["--policy", "tree", "--tree-width", "3", "--policy-arg", "w_max=0"], "w_max must be >= 1"),
     (["--suffix-corpus", "{d}/corpus.json"], "--suffix-corpus holds the suffix draft's global structure: give --draft"),
     (["--draft", "suffix", "--suffix-corpus", "{d}"], "is a directory"),
     (["--draft", "suffix", "--suffix-corpus", "/sys/corpus.json"], "cannot write to folder /sys"),
@@ -80,7 +82,7 @@ SHARED = [
     (["--synthetic-acceptance", "1.5"], "synthetic acceptance must be in [0, 1] (got 1.5)"),
     (["--synthetic-acceptance", "nan"], "synthetic acceptance must be in [0, 1]"),
     (["--synthetic-acceptance", "0.5", "--draft", "none"], "regular decoding drafts none"),
-    (["--synthetic-acceptance", "0.5", "--tree-width", "2"], "token trees (--tree-width > 1, --controller tree)"),
+    (["--synthetic-acceptance", "0.5", "--tree-width", "2"], "token trees (--tree-width > 1, --policy tree)"),
 ]
 # calibrate replaces the prompts with its own and checks its own context, so these skip it
 PROMPTED = [
@@ -347,8 +349,17 @@ def test_prompts_files_from_other_editors_read_as_written(tmp_path):
     assert read_prompts(str(j)) == ["a { brace", "plain line", "indented"]
 
 
-def test_every_controller_has_its_list_of_accepted_options():
-    from specviz.checks import CONTROLLER_OPTIONS
-    from specviz.engine.policies import CONTROLLERS
+def test_every_policy_has_its_list_of_accepted_options():
+    from specviz.checks import POLICY_OPTIONS
+    from specviz.engine.policies import POLICIES
 
-    assert set(CONTROLLER_OPTIONS) == set(CONTROLLERS)  # a new policy must say which --controller-arg keys it reads
+    assert set(POLICY_OPTIONS) == set(POLICIES)  # a new policy must say which --policy-arg keys it reads
+
+
+def test_the_former_names_of_the_policy_flags_still_parse_and_are_not_in_help():
+    p = build_parser()
+    a = p.parse_args(["run", "--prompt", "x", "--controller", "table", "--controller-arg", "table=1:4"])
+    assert a.policy == "table" and a.policy_arg == ["table=1:4"]
+    assert p.parse_args(["run", "--prompt", "x"]).policy == "fixed"
+    run_help = next(c for c in p._subparsers._group_actions[0].choices.values() if c.prog.endswith(" run")).format_help()
+    assert "--policy" in run_help and "--controller" not in run_help

@@ -24,7 +24,8 @@ OTHER_TOOLS = {"--browser", "--vllm", "--llamacpp", "--server.address", "--serve
 def flags_of() -> dict[str, set[str]]:
     p = build_parser()
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-    return {cmd: {s for act in sp._actions for s in act.option_strings if s.startswith("--")}
+    return {cmd: {s for act in sp._actions if act.help is not argparse.SUPPRESS  # former names: not in --help
+                  for s in act.option_strings if s.startswith("--")}
             for cmd, sp in sub.choices.items()}
 
 

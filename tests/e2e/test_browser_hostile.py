@@ -137,7 +137,7 @@ def test_a_trace_with_html_in_its_texts_shows_them_literally_and_no_page_runs_it
     assert_nothing_from_the_trace_ran(state, "Live")
     assert state["errors"] == [], state["errors"]
     assert f"showing upload: {FILE_NAME}" in state["text"]
-    assert f"controller={PAYLOAD}, mode={PAYLOAD}, target={PAYLOAD}, draft={PAYLOAD}" in state["text"]
+    assert f"policy={PAYLOAD}, mode={PAYLOAD}, target={PAYLOAD}, draft={PAYLOAD}" in state["text"]
     assert f"What is this draft: {PAYLOAD}" in state["text"]
     seen = visit_every_page(tools)
     torch_version = importlib.metadata.version("torch")

@@ -10,7 +10,7 @@ from specviz.analysis import steady
 from specviz.analysis.analytic import CostModel, Costs, expected_tokens_per_step
 from specviz.analysis.trace import load_json, sequence_record, summarize
 from specviz.common import SpecvizError
-from specviz.engine.policies import make_controller
+from specviz.engine.policies import make_policy
 from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.sampling import SamplingParams
 from specviz.runconfig import RunConfig
@@ -221,8 +221,13 @@ def test_request_metrics_in_the_trace(target):
 def test_version_one_traces_still_load():
     v1 = '{"version": 1, "config": {}, "sequences": [], "steps": [], "summary": {}}'
     assert load_json(v1)["version"] == 1
-    with pytest.raises(ValueError, match="unsupported trace version 4"):
-        load_json(v1.replace('"version": 1', '"version": 4'))
+    with pytest.raises(ValueError, match="unsupported trace version 5"):
+        load_json(v1.replace('"version": 1', '"version": 5'))
+
+
+def test_a_trace_from_before_version_four_reads_its_controller_as_the_policy():
+    v3 = '{"version": 3, "config": {"controller": "goodput"}, "sequences": [], "steps": [], "summary": {}}'
+    assert load_json(v3)["config"] == {"policy": "goodput"}
 
 
 @pytest.mark.parametrize("kw,message", [
@@ -250,7 +255,7 @@ def test_goodput_picks_the_k_with_most_tokens_per_second():
 
 
 def test_goodput_policy_follows_the_rows_it_has_seen():
-    policy = make_controller("goodput", 2, costs=COSTS, k_max=8)
+    policy = make_policy("goodput", 2, costs=COSTS, k_max=8)
     k0 = policy.next_k(4)
     for _ in range(30):  # every row accepts every draft: the estimate climbs, so does k
         policy.observe([4] * 4, [4] * 4, rows=[0, 1, 2, 3], remaining=[9] * 4)
@@ -277,10 +282,10 @@ def test_goodput_policy_under_refills_stays_exact_and_sees_the_occupancy(target)
     prompts = ragged_prompts(9, V, seed=37)
     ref = reference_greedy(target, prompts, max_new=10)
     seen = []
-    policy = make_controller("goodput", 2, costs=COSTS, k_max=4)
+    policy = make_policy("goodput", 2, costs=COSTS, k_max=4)
     ask = policy.next_k
     policy.next_k = lambda b: seen.append(b) or ask(b)
-    dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.2)), prompts, 2, 10, controller=policy,
+    dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.2)), prompts, 2, 10, policy=policy,
                           slots=3)
     steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref

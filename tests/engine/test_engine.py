@@ -230,11 +230,11 @@ def test_engine_reports_rows_and_tokens_left_to_the_policy(target, prompts, refe
     """analytic sees each row's index and tokens left, and turns speculation off when a row that
     rejects everything sets the batch's length (CPU-like costs)."""
     from specviz.analysis.analytic import CostModel, Costs
-    from specviz.engine.policies import make_controller
+    from specviz.engine.policies import make_policy
     from specviz.engine.decoder import SpecDecoder
 
     costs = Costs(CostModel(0.040, 0.001, 0.001), CostModel(0.004, 0.0002, 0.0002), overhead=0.002)
-    policy = make_controller("analytic", 2, costs=costs, prior_alpha=0.6)
+    policy = make_policy("analytic", 2, costs=costs, prior_alpha=0.6)
     draft = ScriptedDraft(prompts, reference, ["all", "none", "all", "none"], V)
     dec = SpecDecoder(target, draft, policy, [str(p) for p in prompts], prompts, SamplingParams(), 20, 0)
     steps = [s.to_json() for s in dec.steps()]

@@ -6,7 +6,7 @@ import pytest
 
 from specviz.analysis import analytic
 from specviz.analysis.treestats import acceptance_by_depth_rank
-from specviz.engine.policies import make_controller
+from specviz.engine.policies import make_policy
 from specviz.engine.treepolicy import TreeShapes, illustrative_costs, predicted_tokens, step_seconds
 from specviz.records import TreeNodes
 
@@ -78,7 +78,7 @@ def test_decoding_under_the_shape_policy_equals_batch_one_greedy_and_varies_the_
     prompts = ragged_prompts(3, V, seed=9)
     ref = reference_greedy(target, prompts, max_new=10)
     policy = TreeShapes(COSTS, k_max=4, w_max=3, prior_alpha=0.5)
-    dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.3)), prompts, 0, 10, controller=policy,
+    dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.3)), prompts, 0, 10, policy=policy,
                           tree=TreeShape(1, 1))
     steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref
@@ -102,30 +102,30 @@ def test_a_regular_step_under_the_shape_policy_records_no_tree_for_its_rows():
     prompts = ragged_prompts(2, V, seed=5)
     dear = analytic.Costs(target=COSTS.target, draft=analytic.CostModel(t_fixed=1.0, t_mem=0.0, t_token=0.0))
     dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.3)), prompts, 0, 6,
-                          controller=TreeShapes(dear), tree=TreeShape(1, 1))  # any draft costs more than it saves
+                          policy=TreeShapes(dear), tree=TreeShape(1, 1))  # any draft costs more than it saves
     steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == reference_greedy(target, prompts, max_new=6)
     assert all(s["k"] == 0 and (s["tree_width"], s["tree_nodes"]) == (1, 0) for s in steps)
     assert not any("tree" in r for s in steps for r in s["rows"])  # the tree view and statistics skip them
 
 
-def test_the_tree_controller_takes_the_flags_as_bounds_and_shrinks_n_as_the_batch_grows():
-    policy = make_controller("tree", 4, costs=COSTS, w_max=3, n_max=10)  # --draft-length 4 --tree-width 3 --tree-nodes 10
+def test_the_tree_policy_takes_the_flags_as_bounds_and_shrinks_n_as_the_batch_grows():
+    policy = make_policy("tree", 4, costs=COSTS, w_max=3, n_max=10)  # --draft-length 4 --tree-width 3 --tree-nodes 10
     assert isinstance(policy, TreeShapes) and policy.name == "tree"
     shapes = {b: policy.choose(b) for b in (1, 2, 4, 8, 16, 64)}
     assert all(k <= 4 and W <= 3 and N <= 10 for k, W, N in shapes.values())
     n = [shapes[b][2] for b in (1, 2, 4, 8, 16)]
     assert n == sorted(n, reverse=True) and n[0] > n[-1]  # the verify knee comes sooner at a larger batch
     assert shapes[1][1] > 1 and shapes[64] == (0, 1, 0)
-    wide = make_controller("tree", 4, costs=COSTS, w_max=4, n_max=64)
+    wide = make_policy("tree", 4, costs=COSTS, w_max=4, n_max=64)
     assert wide.choose(1)[2] >= shapes[1][2]  # a looser bound never picks a smaller tree at b = 1
 
 
-def test_without_a_calibration_the_tree_controller_runs_on_the_illustrative_roofline():
-    policy = make_controller("tree", 6)
+def test_without_a_calibration_the_tree_policy_runs_on_the_illustrative_roofline():
+    policy = make_policy("tree", 6)
     assert policy.costs == illustrative_costs(0.1, 64)
     assert policy.choose(1)[2] > policy.choose(32)[2]  # flat to 64 tokens: big trees at b = 1, small at b = 32
-    knee = make_controller("tree", 6, knee="8", cost_ratio="0.05").costs  # --controller-arg strings
+    knee = make_policy("tree", 6, knee="8", cost_ratio="0.05").costs  # --policy-arg strings
     assert knee == illustrative_costs(0.05, 8)
     with pytest.raises(Exception, match="needs --draft-length 1 or more"):
-        make_controller("tree", 0)
+        make_policy("tree", 0)

@@ -36,7 +36,7 @@ def hand_trace(k: int = 3, plan=PLAN) -> dict:
              for n, rows in enumerate(plan)]
     seqs = [{"index": i, "prompt": "p", "prompt_token_ids": [1], "finish_reason": "length", "text": None,
              "output_token_ids": [t for rows in plan for t in rows[i][1]]} for i in range(2)]
-    cfg = {"batch_size": 2, "draft_length": k, "controller": "fixed", "mode": "speculative"}
+    cfg = {"batch_size": 2, "draft_length": k, "policy": "fixed", "mode": "speculative"}
     return build_trace(cfg, {}, seqs, steps, TELEMETRY, 0.150, 0.010)
 
 

@@ -92,7 +92,7 @@ def test_the_same_command_again_measures_only_the_points_left_and_drops_the_part
     rec = json.loads(_partial(cache).read_text())
     assert rec["missing"] == {"target": [[2, 1], [2, 2]], "draft": [], "overhead": [1, 2]}
 
-    class Pair:  # what run.make_decoder warns about for a cost-aware controller with no calibration
+    class Pair:  # what run.make_decoder warns about for a cost-aware policy with no calibration
         name, device, dtype = "SmolLM2-135M-Instruct", "cpu", "torch.float32"
 
     proposer = type("P", (), {"name": "ngram"})()

@@ -75,7 +75,7 @@ def test_live_headline_prediction_is_the_ragged_one_with_costs():
 
     steps = [{"k": 2, "rows": [{"index": 0, "active": True, "accepted": 2, "drafted": 2},
                                {"index": 1, "active": True, "accepted": 0, "drafted": 2}]} for _ in range(4)]
-    trace = {"config": {"batch_size": 2, "draft_length": 2, "controller": "fixed", "mode": "speculative"},
+    trace = {"config": {"batch_size": 2, "draft_length": 2, "policy": "fixed", "mode": "speculative"},
              "steps": steps, "sequences": [{"index": 0, "output_token_ids": [5] * 12},
                                            {"index": 1, "output_token_ids": [5] * 4}],
              "summary": {"drafted": 16, "accepted": 8}}

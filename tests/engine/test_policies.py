@@ -5,7 +5,7 @@ import pytest
 
 from specviz.analysis import analytic
 from specviz.analysis.analytic import CostModel, Costs
-from specviz.engine.policies import Analytic, Bass, BassCapped, Fixed, Heuristic, Table, make_controller, parse_k_table
+from specviz.engine.policies import Analytic, Bass, BassCapped, Fixed, Heuristic, Table, make_policy, parse_k_table
 from specviz.common import SpecvizError
 
 
@@ -24,7 +24,7 @@ def run_script(policy, script, batch_size=2):
 
 def test_fixed_never_changes():
     assert run_script(Fixed(3), [([3, 3], [3, 3]), ([3, 3], [0, 0])]) == [3, 3, 3]
-    assert make_controller("fixed", 0).next_k(8) == 0
+    assert make_policy("fixed", 0).next_k(8) == 0
 
 
 # --- heuristic ----------------------------------------------------------------------------------
@@ -49,7 +49,7 @@ def test_heuristic_ignores_rows_that_drafted_nothing_and_empty_steps():
 
 
 def test_heuristic_starts_at_least_at_one():
-    assert make_controller("heuristic", 0).next_k(1) == 1
+    assert make_policy("heuristic", 0).next_k(1) == 1
 
 
 # --- bass ---------------------------------------------------------------------------------------
@@ -82,8 +82,8 @@ def test_bass_growth_is_capped_by_k_max():
     assert Bass(l_draft=7, k_max=4).next_k(1) == 4
 
 
-def test_make_controller_bass_starts_at_k():
-    policy = make_controller("bass", 5, k_max=12)
+def test_make_policy_bass_starts_at_k():
+    policy = make_policy("bass", 5, k_max=12)
     assert policy.next_k(4) == 5 and policy.l_limit == 12 and policy.name == "bass"
 
 
@@ -124,9 +124,9 @@ def test_bass_capped_turns_speculation_off_when_the_cap_is_zero_and_resumes_afte
 
 def test_bass_capped_takes_its_cap_from_the_calibrated_model():
     costs = Costs(CostModel(0.0, 0.010, 1e-4), CostModel(0.0, 0.001, 1e-5), overhead=0.0005)
-    policy = make_controller("bass-capped", 16, costs=costs, prior_alpha=0.8)
+    policy = make_policy("bass-capped", 16, costs=costs, prior_alpha=0.8)
     assert policy.next_k(1) == analytic.optimal_k(1, 0.8, costs) < 16  # plain bass would draft 16
-    assert make_controller("bass", 16).next_k(1) == 16
+    assert make_policy("bass", 16).next_k(1) == 16
     assert policy.next_k(128) == 0
 
 
@@ -145,7 +145,7 @@ def test_parse_k_table_rejects_bad_tables(text):
 
 
 def test_table_uses_the_largest_batch_size_not_above_b():
-    policy = make_controller("table", 4, table="1:4,4:3,16:1,64:0")
+    policy = make_policy("table", 4, table="1:4,4:3,16:1,64:0")
     assert [policy.next_k(b) for b in (1, 2, 3, 4, 15, 16, 63, 64, 500)] == [4, 4, 4, 3, 3, 1, 1, 0, 0]
 
 
@@ -154,19 +154,19 @@ def test_table_below_smallest_key_uses_the_smallest_entry():
 
 
 def test_table_ignores_acceptance():
-    policy = make_controller("table", 4, table={1: 4})
+    policy = make_policy("table", 4, table={1: 4})
     assert run_script(policy, [([4], [0])] * 3, batch_size=1) == [4, 4, 4, 4]
 
 
-def test_table_controller_needs_a_table():
+def test_table_policy_needs_a_table():
     with pytest.raises(SpecvizError, match="needs a k table"):
-        make_controller("table", 4)
+        make_policy("table", 4)
 
 
-def test_analytic_k_table_round_trips_into_the_table_controller():
+def test_analytic_k_table_round_trips_into_the_table_policy():
     costs = Costs(CostModel(0.0, 0.010, 1e-4), CostModel(0.0, 0.001, 1e-5))
     ks = {b: analytic.optimal_k(b, 0.8, costs) for b in (1, 8, 64)}
-    policy = make_controller("table", 0, table=",".join(f"{b}:{k}" for b, k in ks.items()))
+    policy = make_policy("table", 0, table=",".join(f"{b}:{k}" for b, k in ks.items()))
     assert {b: policy.next_k(b) for b in ks} == ks
 
 
@@ -187,7 +187,7 @@ def test_analytic_estimate_counts_positions_tried():
 
 
 def test_analytic_raises_k_on_full_acceptance_and_turns_off_on_rejection():
-    policy = make_controller("analytic", 4, cost_ratio=0.1, prior_alpha=0.6)
+    policy = make_policy("analytic", 4, cost_ratio=0.1, prior_alpha=0.6)
     start = policy.next_k(1)
     for _ in range(20):
         k = policy.next_k(1)
@@ -216,7 +216,7 @@ def test_analytic_estimate_is_unbiased_under_truncated_geometric_acceptance():
 
 def test_analytic_with_costs_turns_speculation_off_at_large_batch():
     costs = Costs(CostModel(0.0, 0.010, 1e-4), CostModel(0.0, 0.001, 1e-5), overhead=0.0005)
-    policy = make_controller("analytic", 4, costs=costs, prior_alpha=0.8)
+    policy = make_policy("analytic", 4, costs=costs, prior_alpha=0.8)
     assert policy.next_k(1) == analytic.optimal_k(1, 0.8, costs) >= 4
     assert policy.next_k(128) == 0
 
@@ -227,7 +227,7 @@ CPU_LIKE = Costs(CostModel(0.040, 0.001, 0.001), CostModel(0.004, 0.0002, 0.0002
 
 
 def test_analytic_turns_off_when_one_row_rejects_everything_and_sets_the_batch_length():
-    policy = make_controller("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
+    policy = make_policy("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
     ks = []
     for _ in range(20):  # row 0 accepts all it drafts, row 1 nothing; both have 40 tokens left
         ks.append(policy.next_k(2))
@@ -241,7 +241,7 @@ def test_analytic_turns_off_when_one_row_rejects_everything_and_sets_the_batch_l
 
 
 def test_analytic_ragged_choice_follows_the_rows_left():
-    policy = make_controller("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
+    policy = make_policy("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
     for _ in range(20):
         k = policy.next_k(2)
         policy.observe([k, k], [k, 0], rows=[0, 1], remaining=[40, 40])
@@ -256,7 +256,7 @@ def test_analytic_ragged_choice_follows_the_rows_left():
 
 
 def test_analytic_run_with_one_row_keeps_the_per_step_model():
-    policy = make_controller("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
+    policy = make_policy("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
     for _ in range(10):
         k = policy.next_k(1)
         policy.observe([k], [min(k, 1)], rows=[0], remaining=[50])
@@ -264,7 +264,7 @@ def test_analytic_run_with_one_row_keeps_the_per_step_model():
 
 
 def test_analytic_equal_rows_choose_what_the_per_step_model_chooses():
-    policy = make_controller("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
+    policy = make_policy("analytic", 2, costs=CPU_LIKE, prior_alpha=0.6)
     policy.observe([2, 2, 2, 2], [1, 1, 1, 1], rows=[0, 1, 2, 3], remaining=[40, 40, 40, 40])
     alphas = {policy.row_alpha(r) for r in range(4)}
     assert len(alphas) == 1  # equal rows: the ragged model reduces to speedup_batch
@@ -275,18 +275,18 @@ def test_analytic_equal_rows_choose_what_the_per_step_model_chooses():
 
 
 @pytest.mark.parametrize("name", ["fixed", "heuristic", "bass", "bass-capped", "table", "analytic"])
-def test_make_controller_builds_each_name_and_ignores_other_options(name):
-    policy = make_controller(name, 3, table="1:3", k_max=8, cost_ratio=0.1, costs=None, unrelated=1)
+def test_make_policy_builds_each_name_and_ignores_other_options(name):
+    policy = make_policy(name, 3, table="1:3", k_max=8, cost_ratio=0.1, costs=None, unrelated=1)
     assert policy.name == name
     assert 0 <= policy.next_k(2) <= 8
     policy.observe([policy.next_k(2)] * 2, [0, 1])
 
 
-def test_make_controller_accepts_cli_strings():
-    # --controller-arg KEY=VALUE hands every value over as a string.
-    assert make_controller("heuristic", 3, k_max="4").k_max == 4
-    assert make_controller("bass", 3, k_max="8").l_limit == 8
-    policy = make_controller("analytic", 3, cost_ratio="0.2", prior_alpha="0.9", decay="0.5", k_max="6")
+def test_make_policy_accepts_cli_strings():
+    # --policy-arg KEY=VALUE hands every value over as a string.
+    assert make_policy("heuristic", 3, k_max="4").k_max == 4
+    assert make_policy("bass", 3, k_max="8").l_limit == 8
+    policy = make_policy("analytic", 3, cost_ratio="0.2", prior_alpha="0.9", decay="0.5", k_max="6")
     assert (policy.cost_ratio, policy.prior_alpha, policy.decay, policy.k_max) == (0.2, 0.9, 0.5, 6)
 
 
@@ -297,11 +297,11 @@ def test_make_controller_accepts_cli_strings():
     ("analytic", {"cost_ratio": "cheap"}),
     ("analytic", {"costs": "fitted.json"}),
 ])
-def test_make_controller_rejects_bad_options_with_a_clear_error(name, options):
-    with pytest.raises(SpecvizError, match="controller option"):
-        make_controller(name, 3, **options)
+def test_make_policy_rejects_bad_options_with_a_clear_error(name, options):
+    with pytest.raises(SpecvizError, match="policy option"):
+        make_policy(name, 3, **options)
 
 
-def test_make_controller_rejects_unknown_names():
-    with pytest.raises(SpecvizError, match="unknown controller"):
-        make_controller("nope", 3)
+def test_make_policy_rejects_unknown_names():
+    with pytest.raises(SpecvizError, match="unknown policy"):
+        make_policy("nope", 3)

@@ -1,4 +1,4 @@
-"""`--controller tree` (issue 16, the policy): a CLI run on the packaged pair in fp32 picks (k, W, N)
+"""`--policy tree` (issue 16, the policy): a CLI run on the packaged pair in fp32 picks (k, W, N)
 per step within the flags' bounds, records each step's pick in the trace, and its greedy output
 equals plain greedy at B = 1 (a divergence only at a reported near-tie)."""
 
@@ -17,7 +17,7 @@ NEAR_TIE = 1e-3
 pytestmark = pytest.mark.slow  # the real model in fp32
 
 
-def test_a_cli_run_under_the_tree_controller_equals_plain_greedy_and_records_each_steps_shape(
+def test_a_cli_run_under_the_tree_policy_equals_plain_greedy_and_records_each_steps_shape(
         target, prompt_ids, references, tmp_path, monkeypatch):
     import specviz.analysis.costs
 
@@ -27,12 +27,12 @@ def test_a_cli_run_under_the_tree_controller_equals_plain_greedy_and_records_eac
     out = tmp_path / "trace.json"
     with pytest.warns(UserWarning, match="no calibration .* illustrative roofline"):
         code = main(["run", *[a for p in PROMPTS for a in ("--prompt", p)], "--batch-size", "2", "--draft", str(DEFAULT_DRAFT_DIR),
-                     "--controller", "tree", "--draft-length", "3", "--tree-width", "3", "--tree-nodes", "8",
+                     "--policy", "tree", "--draft-length", "3", "--tree-width", "3", "--tree-nodes", "8",
                      "--max-new-tokens", str(MAX_NEW), "--dtype", "float32", "--device", "cpu", "--out", str(out)])
     assert code == 0
     trace = load_json(str(out))
     c = trace["config"]
-    assert (c["controller"], c["draft_length"], c["tree_width"], c["tree_nodes"]) == ("tree", 3, 3, 8)  # the bounds
+    assert (c["policy"], c["draft_length"], c["tree_width"], c["tree_nodes"]) == ("tree", 3, 3, 8)  # the bounds
     outputs = [s["output_token_ids"] for s in trace["sequences"]]
     for check in compare(target, prompt_ids, outputs, references):
         assert check.exact or check.margin < NEAR_TIE, f"row {check.index} diverges at {check.first_divergence}"
