@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from specviz.analysis import explain  # noqa: E402
 from specviz.analysis.costs import trace_calibration  # noqa: E402
+from specviz.analysis.runcounts import step_seconds  # noqa: E402
 from specviz.analysis.tracestats import predicted_speedup  # noqa: E402
 from specviz.device import devicejobs  # noqa: E402
 from specviz.measure.quickcal import first_run_calibration  # noqa: E402
@@ -63,7 +64,7 @@ def phases(trace: dict) -> dict:
     """Per-step means (seconds) of a trace's timed phases, its steps' share of the wall time, tokens per step."""
     steps = trace["steps"]
     out = {p: mean(s[p] for s in steps) for p in ("t_draft", "t_verify", "t_accept", "t_bookkeeping")}
-    step_s = sum(s["t_draft"] + s["t_verify"] + s["t_accept"] + s["t_bookkeeping"] for s in steps)
+    step_s = sum(step_seconds(s) for s in steps)
     wall = trace["summary"]["wall_s"]
     out.update(steps=len(steps), step_total=step_s / len(steps), outside_steps_s=wall - step_s, wall_s=wall,
                tokens=trace["summary"]["tokens"], tokens_per_step=trace["summary"]["tokens"] / len(steps))

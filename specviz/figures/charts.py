@@ -21,8 +21,8 @@ from specviz.analysis import acceptance
 from specviz.analysis.explain import phase_totals as _phase_totals, token_kind
 from specviz.analysis.runcounts import (accepted_grid, length_series, slot_use, step_seconds, telemetry_samples,
                                         token_latencies)
+from specviz.analysis.trace import PHASES
 
-PHASES = ("draft", "verify", "accept", "bookkeeping")
 PHASE_COLORS = {"prefill": "#7f7f7f", "draft": "#636efa", "verify": "#ef553b", "accept": "#00cc96",
                 "bookkeeping": "#ab63fa", "other": "#c7c7c7"}
 KIND_COLORS = {"accepted": "#2ca02c", "recovered": "#ff7f0e", "bonus": "#1f77b4"}

@@ -101,19 +101,16 @@ def measure_overhead(target, proposer, batch_sizes, draft_cost: CostModel, k: in
     (calpartial.Points) each batch size is kept or written as it is measured."""
     ids = encode_prompts(target.tokenizer, [prompt])[0]
 
-    def median_of(dec, part) -> float:
-        values = [part(s) for s in dec.steps()]
-        return max(0.0, statistics.median(values[1:] or values))  # the first step pays for first shapes
+    def middle(values: list[float]) -> float:
+        """The median over steps but the first (it pays for the first shapes), never below 0."""
+        return max(0.0, statistics.median(values[1:] or values)) if values else 0.0
 
     def at(b: int) -> list[float]:
-        spec = decoder_for_ids(target, proposer, [ids] * b, k, OVERHEAD_TOKENS, prompts=[prompt] * b)
-        steps = list(spec.steps())
-        rest = [s.t_accept + s.t_bookkeeping for s in steps]
-        per_draft = [(s.t_draft - s.k * draft_cost(s.batch_size, 1)) / s.k for s in steps if s.k > 0]
-        regular = decoder_for_ids(target, None, [ids] * b, 0, OVERHEAD_TOKENS, prompts=[prompt] * b)
-        reg = median_of(regular, lambda s: s.t_draft + s.t_accept + s.t_bookkeeping)
-        middle = lambda xs: max(0.0, statistics.median(xs[1:] or xs)) if xs else 0.0  # noqa: E731
-        return [middle(rest), reg, middle(per_draft)]
+        spec = list(decoder_for_ids(target, proposer, [ids] * b, k, OVERHEAD_TOKENS, prompts=[prompt] * b).steps())
+        regular = list(decoder_for_ids(target, None, [ids] * b, 0, OVERHEAD_TOKENS, prompts=[prompt] * b).steps())
+        return [middle([s.t_accept + s.t_bookkeeping for s in spec]),
+                middle([s.t_draft + s.t_accept + s.t_bookkeeping for s in regular]),
+                middle([(s.t_draft - s.k * draft_cost(s.batch_size, 1)) / s.k for s in spec if s.k > 0])]
 
     return {b: tuple(points.measure("overhead", b, lambda b=b: at(b)) if points else at(b)) for b in batch_sizes}
 
