@@ -50,17 +50,17 @@ def request_alphas(trace: dict) -> list[float]:
     return [acceptance.alpha(acc.get(i, 0), tried.get(i, 0), empty=0.0) for i in range(len(trace["sequences"]))]
 
 
-def predict(trace: dict, costs, slots: int, k: int, static: bool, draft_prefills: bool) -> float:
-    """Predicted tokens/s of this trace's queue (refilled, or static batches of ``slots``)."""
+def predict(trace: dict, costs, lanes: int, k: int, static: bool, draft_prefills: bool) -> float:
+    """Predicted tokens/s of this trace's queue (refilled, or static batches of ``lanes``)."""
     seqs = trace["sequences"]
     lengths = [len(s["output_token_ids"]) for s in seqs]
     alphas = request_alphas(trace) if k else [0.0] * len(seqs)
     joins = [steady.join_seconds(len(s["prompt_token_ids"]), costs, draft_prefills and k > 0) for s in seqs]
     if not static:
-        t = steady.refilled_run_time(lengths, alphas, slots, k, costs, joins)
-    else:  # each batch of ``slots`` runs alone until its slowest row is done
-        t = sum(steady.refilled_run_time(lengths[i:i + slots], alphas[i:i + slots], slots, k, costs,
-                                         joins[i:i + slots]) for i in range(0, len(seqs), slots))
+        t = steady.refilled_run_time(lengths, alphas, lanes, k, costs, joins)
+    else:  # each batch of ``lanes`` runs alone until its slowest row is done
+        t = sum(steady.refilled_run_time(lengths[i:i + lanes], alphas[i:i + lanes], lanes, k, costs,
+                                         joins[i:i + lanes]) for i in range(0, len(seqs), lanes))
     return sum(lengths) / t
 
 
@@ -107,7 +107,7 @@ def main() -> int:
     res = interleaved(arms, a.rounds, reference="regular",
                       on_round=lambda r, got: print(f"round {r + 1}: " + "  ".join(f"{k} {v:.1f}" for k, v in got.items()),
                                                     flush=True))
-    print(f"\n{target.name} ({target.dtype}) + {proposer.name}, {a.requests} requests through {a.batch_size} slots, "
+    print(f"\n{target.name} ({target.dtype}) + {proposer.name}, {a.requests} requests through {a.batch_size} lanes, "
           f"{a.max_new_tokens} new tokens, all queued at t = 0, {a.rounds} interleaved rounds")
     print(f"{'arm':<16} {'tok/s':>7} {'vs regular':>10} {'acceptance rate':>15} {'p50 lat':>8} {'p95 lat':>8} "
           f"{'predicted tok/s':>15} {'pred/meas':>9} {'k used':>8}")
@@ -138,7 +138,7 @@ def main() -> int:
         pooled = request_alphas(res[f"k={ks[0]}"].traces[-1][0])
         out_len = statistics.mean(len(q["output_token_ids"]) for q in res["regular"].traces[-1][0]["sequences"])
         join = steady.join_seconds(statistics.mean(len(q["prompt_token_ids"]) for q in res["regular"].traces[-1][0]["sequences"]), costs)
-        print("\nsteady-state ceiling (specviz.analysis.steady.steady_speedup, B slots always full, "
+        print("\nsteady-state ceiling (specviz.analysis.steady.steady_speedup, B lanes always full, "
               f"per-request alphas of the k={ks[0]} arm, L = {out_len:.0f}):")
         for k in range(0, 5):
             print(f"  k={k}: {steady.steady_speedup(a.batch_size, pooled or [0.0], k, costs, out_len, join):.3f}x")

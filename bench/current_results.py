@@ -94,13 +94,13 @@ def vllm_rows(path: Path) -> list[dict]:
     """bench/vllm_peer.py's log: per setting, ours and vLLM's tokens/s and the per-round ratios."""
     rows, head, toks = [], None, {}
     for line in path.read_text().splitlines():
-        if m := re.match(r"vLLM (\S+) .* vs ours: target (\S+), ours (.+), vLLM (.+), (\d+) requests through (\d+) slots", line):
+        if m := re.match(r"vLLM (\S+) .* vs ours: target (\S+), ours (.+), vLLM (.+), (\d+) requests through (\d+) (?:slots|lanes)", line):
             head, toks = m.groups(), {}
         elif m := re.match(r"(ours|vllm) +([\d.]+) ", line):
             toks[m.group(1)] = m.group(2)
         elif m := re.match(r"ours / vLLM tokens/s: ([\d.]+x) \(median of per-round ratios: ([\d., ]+)\)", line):
             per_round = [float(x) for x in m.group(2).split(", ")]
-            rows.append({"version": head[0], "ours": head[2], "theirs": head[3], "requests": head[4], "slots": head[5],
+            rows.append({"version": head[0], "ours": head[2], "theirs": head[3], "requests": head[4], "lanes": head[5],
                          "ratio": m.group(1), "spread": spread(per_round), "rounds": len(per_round),
                          "ours_tok_s": toks["ours"], "vllm_tok_s": toks["vllm"]})
     return rows
@@ -153,12 +153,12 @@ def assisted_generate() -> list[str]:
 
 
 def vllm_cpu() -> list[str]:
-    out = ["| ours | vLLM-CPU | requests through slots | ours tok/s | vLLM tok/s | ours / vLLM (median) | spread | rounds | "
+    out = ["| ours | vLLM-CPU | requests through lanes | ours tok/s | vLLM tok/s | ours / vLLM (median) | spread | rounds | "
            "commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for folder, commit, command in (("vllm-peer-2026-12-01-head", "35e7cd8", "vllm"),
                                     ("vllm-peer-2026-12-01-default-pair", "e1b3c8e", "vllm-pair")):
         for r in vllm_rows(RESULTS / folder / "peer.log"):
-            out.append(f"| {r['ours']} | {r['theirs']} ({r['version']}) | {r['requests']} through {r['slots']} | "
+            out.append(f"| {r['ours']} | {r['theirs']} ({r['version']}) | {r['requests']} through {r['lanes']} | "
                        f"{r['ours_tok_s']} | {r['vllm_tok_s']} | **{r['ratio']}** | {r['spread']} | {r['rounds']} | "
                        f"{commit} | {EPYC} | {command} |")
     return out
@@ -233,7 +233,8 @@ def section() -> str:
              "The `default` token draft on the 24 hand-written free-form chat prompts, 64 new tokens, each stored run:", "",
              *speculative_vs_regular(), "",
              "### Through a request queue", "",
-             "32 requests through 8 slots, all queued at the start, 64 new tokens, the default pair "
+             "32 requests through 8 lanes (the batch's rows; a finished request's lane goes to the next), all queued "
+             "at the start, 64 new tokens, the default pair "
              "(`goodput`: k picked each step from the calibration):", "",
              *queue(), "",
              "### Against transformers' assisted generate", "",
@@ -246,7 +247,7 @@ def section() -> str:
              *vllm_cpu(), "",
              "### Against llama.cpp", "",
              "llama-cpp-python 0.3.36 (`bash setup.sh --llamacpp`) on GGUFs of the same weights: `bf16` the same bits "
-             "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one slot, "
+             "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one lane, "
              "8 free-form prompts, greedy, 2 threads each side, ours in bf16 with the default pair (`ours default k=2`); "
              "llama.cpp's `draft` drafts with the packaged target at 4 bits (it cannot read our distilled draft):", "",
              *llama_cpp(), "",

@@ -44,8 +44,8 @@ def main() -> int:
     ap.add_argument("--batch-sizes", default="1,3,8")
     ap.add_argument("--draft-lengths", default="1,4,8")
     ap.add_argument("--drafts", default="ngram,default-bf16", help="comma-separated draft SPECs (default-bf16: the target's bf16 copy)")
-    ap.add_argument("--requests", metavar="N:SLOTS,...",
-                    help="instead of --batch-sizes: N requests (prompts cycled) through SLOTS refilled rows each")
+    ap.add_argument("--requests", metavar="N:LANES,...",
+                    help="instead of --batch-sizes: N requests (prompts cycled) through LANES refilled rows each")
     ap.add_argument("--trees", default="", metavar="W:N,...",
                     help="token trees (model drafts): width W and nodes N per row, each run at every k; 1:1 = chains")
     a = ap.parse_args()

@@ -1,6 +1,6 @@
 """Closing the loop on our engine: does `specviz tune`'s k measure as well as the best fixed k?
 
-For each setting (static batches of B = 1, 4, 16, and a queue of 32 requests through 8 slots), on
+For each setting (static batches of B = 1, 4, 16, and a queue of 32 requests through 8 lanes), on
 chat prompts with the default pair:
 
   1. probe runs at k = --probe-k over every prompt give the acceptance per position (what `tune --trace`

@@ -7,9 +7,9 @@ A mode is ``OURS[/K][>PEER]``: ``regular`` (no speculation on either side), ``ng
 on both, the same k), or our draft with vLLM's own side after ``>`` (``default/2>none``: the default
 pair at k = 2 against vLLM's regular decoding, since vLLM cannot serve our distilled draft; ``>ngram``:
 against its n-grams at the same k). ``/K`` overrides --draft-length for that mode. For each mode
-one vLLM server starts and every setting runs against it: ``B`` = B slots and B client threads,
-every prompt once (at least B requests); ``B:N`` = N requests through B slots (continuous batching
-on both sides). specviz.peers.bench does the measuring; this script only loops and prints a
+one vLLM server starts and every setting of ``--slots`` runs against it: ``B`` = B lanes (the
+batch's concurrent rows; vLLM's max_num_seqs) and B client threads, every prompt once (at least B
+requests); ``B:N`` = N requests through B lanes (continuous batching on both sides). specviz.peers.bench does the measuring; this script only loops and prints a
 markdown table for BENCHMARKS.md.
 """
 
@@ -29,7 +29,8 @@ from specviz.runconfig import RunConfig  # noqa: E402
 from specviz.run import read_prompts  # noqa: E402
 
 
-def slots(text: str) -> list[tuple[int, int | None]]:
+def settings(text: str) -> list[tuple[int, int | None]]:
+    """``--slots`` "1,8,8:32" -> [(lanes, requests or None)]."""
     out = []
     for part in text.split(","):
         b, _, n = part.partition(":")
@@ -76,7 +77,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", default="regular,ngram")
-    ap.add_argument("--slots", default="1,8,8:32")
+    ap.add_argument("--slots", default="1,8,8:32", metavar="B[:N],...",
+                    help="settings: B lanes, or N requests through B lanes")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--draft-length", type=int, default=4)
@@ -90,13 +92,13 @@ def main() -> int:
         draft, k, peer = parse_mode(mode, a.draft_length)
         cfg = RunConfig(prompts=prompts, draft=draft, draft_length=k, max_new_tokens=a.max_new_tokens,
                         mode="regular" if draft == "none" else "speculative")
-        results = peer_bench(cfg, slots(a.slots), a.rounds, ServeConfig(compile=not a.no_compile, startup_timeout_s=900),
+        results = peer_bench(cfg, settings(a.slots), a.rounds, ServeConfig(compile=not a.no_compile, startup_timeout_s=900),
                              on_round=lambda i, o, v: print(f"  round {i + 1}: ours {o:.1f}, vLLM {v:.1f} tok/s",
                                                             flush=True), peer_draft=peer)
         for r in results:
             rows.append(row(mode, r))
             print(format_result(r) + "\n" + rows[-1] + "\n", flush=True)
-    print("| mode | slots | requests | ours tok/s | vLLM tok/s | ours/vLLM | TTFT p50 ms ours / vLLM | "
+    print("| mode | lanes | requests | ours tok/s | vLLM tok/s | ours/vLLM | TTFT p50 ms ours / vLLM | "
           "TPOT p50 ms ours / vLLM | acceptance rate ours / vLLM | mean acceptance length ours / vLLM | "
           "acceptance per position | greedy identical |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

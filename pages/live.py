@@ -93,7 +93,7 @@ with c3:
     st.checkbox("Race against regular decoding", value=True, key="race",
                 help="afterwards, run regular decoding on the same prompts: the measured speedup, the exactness "
                      "check and the race replay need it")
-    queueview.controls()  # requests through the b slots, arrival rate (continuous batching)
+    queueview.controls()  # requests through the b lanes, arrival rate (continuous batching)
 st.text_area("Prompts, one per line (write a newline inside a prompt as \\n; rows cycle through them)",
              key="prompts_text", height=130)
 
@@ -166,7 +166,7 @@ def glossary() -> None:
     """The vocabulary before any chart uses it: the token roles (the text's colours) open, the rest one click away."""
     st.markdown("**What the words mean** (the charts and the coloured text below use them)")
     st.markdown(tokentext.legend_html(), unsafe_allow_html=True)
-    with st.expander("More terms: step, row-step, slot, wasted slot, mean acceptance length, phases"):
+    with st.expander("More terms: step, row-step, slot, wasted slot, mean acceptance length, phases, lane"):
         st.markdown(tokentext.terms_markdown())
 
 

@@ -83,9 +83,9 @@ def check_numbers(a) -> None:
             raise SpecvizError(f"{_name(dest)} must be {'0 or more' if lo == 0 else f'at least {lo}'} (got {v})")
         if hi is not None and v > hi:
             raise SpecvizError(f"{_name(dest)} must be at most {hi} (got {v})")
-    requests, slots = getattr(a, "requests", None), getattr(a, "batch_size", None)
-    if requests is not None and slots is not None and requests < slots:
-        raise SpecvizError(f"{requests} requests cannot fill {slots} slots: give --requests >= --batch-size, "
+    requests, lanes = getattr(a, "requests", None), getattr(a, "batch_size", None)
+    if requests is not None and lanes is not None and requests < lanes:
+        raise SpecvizError(f"{requests} requests cannot fill {lanes} lanes: give --requests >= --batch-size, "
                            f"or --batch-size {requests}")
     for dest, (said, lo, lo_in, hi, hi_in) in FLOATS.items():
         v = getattr(a, dest, None)

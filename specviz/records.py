@@ -48,7 +48,7 @@ class RowStep:
     accepted: int  # of those, accepted by the target
     emitted: tuple[int, ...]  # output tokens the step added (accepted + recovered/bonus, cut at EOS/max)
     draft_tokens: tuple[int, ...]  # the proposals, in order (tree: node order)
-    slot: int | None = None  # which of the decoder's concurrent rows it occupied (None when idle)
+    lane: int | None = None  # the lane (one of the batch's concurrent rows) the request held (None when idle)
     tree: TreeNodes | None = None  # the row's token tree, in a tree step that drafted
 
     @classmethod
@@ -58,8 +58,8 @@ class RowStep:
     def to_json(self) -> dict:
         d = {"index": self.index, "active": self.active, "drafted": self.drafted, "accepted": self.accepted,
              "emitted": list(self.emitted), "draft_tokens": list(self.draft_tokens)}
-        if self.slot is not None:
-            d["slot"] = self.slot
+        if self.lane is not None:
+            d["lane"] = self.lane
         if self.tree is not None:
             d["tree"] = self.tree.to_json()
         return d
@@ -68,7 +68,7 @@ class RowStep:
     def from_json(cls, d: dict) -> "RowStep":
         tree = d.get("tree")
         return cls(d["index"], d["active"], d["drafted"], d["accepted"], tuple(d["emitted"]),
-                   tuple(d.get("draft_tokens", ())), d.get("slot"), TreeNodes.from_json(tree) if tree else None)
+                   tuple(d.get("draft_tokens", ())), d.get("lane"), TreeNodes.from_json(tree) if tree else None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,7 +92,7 @@ class Step:
     rows: tuple[RowStep, ...]  # every row of a static batch; with a request queue, the rows that stepped
     joined: tuple[int, ...] = ()  # request indices whose rows joined at the start of this step
     left: tuple[int, ...] = ()  # requests that finished in this step
-    queue_length: int = 0  # arrived requests waiting for a slot when the step began
+    queue_length: int = 0  # arrived requests waiting for a lane when the step began
     tree_width: int | None = None  # tree steps: the (W, N) drafted with (k = 0: 1 and 0)
     tree_nodes: int | None = None
 
@@ -109,7 +109,7 @@ class Step:
 
     @classmethod
     def from_json(cls, d: dict) -> "Step":
-        """A step of a trace file (versions 1-3: fields a version lacks take their defaults)."""
+        """A step of a trace file as load_json returns it (fields an older version lacks take their defaults)."""
         return cls(d["step"], d["k"], d.get("verify_width", d["k"] + 1), d.get("batch_size", 0), d["t_start"],
                    d.get("t_prefill", 0.0), d["t_draft"], d["t_verify"], d["t_accept"], d.get("t_bookkeeping", 0.0),
                    d.get("cache_slots", 0), d.get("cache_holes", 0), d.get("kv_bytes", 0), bool(d.get("compacted")),

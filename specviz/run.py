@@ -213,19 +213,19 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
         tree = TreeShape(cfg.tree_width, cfg.tree_nodes)
     return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens,
                            SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p), cfg.seed, prompts=prompts,
-                           policy=policy, accept_fn=accept_fn, slots=cfg.batch_size,
+                           policy=policy, accept_fn=accept_fn, lanes=cfg.batch_size,
                            arrivals=cfg.arrivals(), refill=not cfg.static, tree=tree, options=forward_options(cfg),
                            synthetic=cfg.synthetic_acceptance if proposer is not None else None)
 
 
 def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
                     params: SamplingParams | None = None, seed: int = 0, prompts: list[str] | None = None,
-                    policy=None, accept_fn=None, keep_hidden: bool = False, slots: int | None = None,
+                    policy=None, accept_fn=None, keep_hidden: bool = False, lanes: int | None = None,
                     arrivals: list[float] | None = None, refill: bool = True, tree=None,
                     options: ForwardOptions | None = None, synthetic: float | None = None) -> SpecDecoder:
     """The one place a SpecDecoder is built: over already-encoded prompts (measurements, data
     generation, exactness checks), with a fixed draft length k unless a policy is given; regular
-    decoding when there is no proposer or k = 0. ``slots`` concurrent rows serve the prompts as
+    decoding when there is no proposer or k = 0. ``lanes`` concurrent rows serve the prompts as
     a request queue (None: one row per prompt, a static batch); ``refill=False`` runs them as
     consecutive static batches; ``arrivals`` are seconds after the start (None: all at 0); ``tree``
     (engine.treestep.TreeShape) makes every row draft a token tree; ``options`` say how the target's
@@ -238,7 +238,7 @@ def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_n
     kwargs = {"accept_fn": accept_fn} if accept_fn is not None else {}
     return SpecDecoder(target, proposer, policy, prompts if prompts is not None else [""] * len(prompt_ids),
                        prompt_ids, params or SamplingParams(), max_new_tokens, seed, keep_hidden=keep_hidden,
-                       slots=slots, arrivals=arrivals, refill=refill, tree=tree, options=options,
+                       lanes=lanes, arrivals=arrivals, refill=refill, tree=tree, options=options,
                        synthetic=synthetic if proposer is not None else None, **kwargs)
 
 

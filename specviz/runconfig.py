@@ -33,8 +33,8 @@ class RunConfig:
     raw_prompt: bool = False
     policy_args: dict = dataclasses.field(default_factory=dict)
     draft_confidence: float = 0.0  # model drafts: a row stops drafting after a token with draft probability below this
-    # The request queue (issue 17): batch_size is the number of concurrent rows (slots); requests
-    # (None = batch_size: one static batch, as before) run through them, a finished row's slot
+    # The request queue (issue 17): batch_size is the number of concurrent rows (lanes); requests
+    # (None = batch_size: one static batch, as before) run through them, a finished request's lane
     # going to the next request; static=True runs them as consecutive static batches instead.
     requests: int | None = None
     arrival_rate: float = 0.0  # requests per second, Poisson (seeded by seed); 0 = all queued at t = 0

@@ -165,12 +165,12 @@ def llamacpp_settings(plan: Plan) -> Settings:
         return _cannot("llamacpp", plan, "llama-server has no suffix decoding")
     if k == 0:
         return Settings("llamacpp", "", {}, "start llama-server without a draft: speculation is predicted to lose "
-                                            f"to regular decoding at {plan.serve_batch} parallel slot(s)")
+                                            f"to regular decoding at {plan.serve_batch} parallel lane(s)")
     value = {"draft-max": k, "draft-min": plan.draft_min or 1, "draft-p-min": d.confidence}
     stop = (f"drafts stop below probability {d.confidence:g} as measured" if d.confidence else
             "--draft-p-min 0 drafts every position, as the measurement did")
     return Settings("llamacpp", " ".join(f"--{key} {v}" for key, v in value.items()), value,
-                    f"specviz tune: k = {k} at {plan.serve_batch} slot(s); drafts of {value['draft-min']}+ tokens are "
+                    f"specviz tune: k = {k} at {plan.serve_batch} lane(s); drafts of {value['draft-min']}+ tokens are "
                     f"predicted to pay (shorter ones are skipped); {stop}")
 
 

@@ -99,9 +99,9 @@ def ragged_tail(trace: dict) -> float | None:
     """Share of row-steps lost to the ragged tail: steps in which a row had already finished
     while the batch ran on for its slowest row (0 = every row busy every step)."""
     steps = trace.get("steps", [])
-    slots = sum(len(s["rows"]) for s in steps)
+    row_steps = sum(len(s["rows"]) for s in steps)
     idle = sum(not r.get("active") for s in steps for r in s["rows"])
-    return idle / slots if slots else None
+    return idle / row_steps if row_steps else None
 
 
 def gap_reason(measured: float | None, predicted: float | None, alpha: float | None, c: float | None,

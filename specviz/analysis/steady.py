@@ -12,8 +12,8 @@ E(alpha, k) = (1 - alpha^(k+1)) / (1 - alpha) and the Synergy-style step time of
   with T_step(b, 0) = T_target(b, 1) + regular overhead (regular decoding) and
   T_step(b, k) = k T_draft(b, 1) + T_target(b, k + 1) + overhead.
 
-  steady state of B slots that are refilled as soon as a request finishes, every request
-  emitting L tokens (our own formula): request i holds its slot for L / E_i steps, so a slot
+  steady state of B lanes that are refilled as soon as a request finishes, every request
+  emitting L tokens (our own formula): request i holds its lane for L / E_i steps, so a lane
   emits, per step, the harmonic mean H = n / sum_i (1 / E_i) of E over requests (rows that
   accept little stay longer and weigh more), and B H / L requests finish per step, each paying
   a join prefill of T_join seconds:
@@ -60,34 +60,34 @@ def join_seconds(prompt_tokens: float, costs: Costs, draft_prefills: bool = True
 
 
 def harmonic_tokens(alphas: Sequence[float], k: int) -> float:
-    """H: output tokens per slot-step of a refilled batch, the harmonic mean of E(alpha_i, k)."""
+    """H: output tokens per lane-step of a refilled batch, the harmonic mean of E(alpha_i, k)."""
     alphas = list(alphas)
     return len(alphas) / sum(1.0 / expected_tokens_per_step(a, k) for a in alphas)
 
 
-def steady_throughput(slots: int, alphas: Sequence[float], k: int, costs: Costs, output_tokens: float,
+def steady_throughput(lanes: int, alphas: Sequence[float], k: int, costs: Costs, output_tokens: float,
                       join_s: float = 0.0) -> float:
-    """X(k): output tokens / s of ``slots`` rows kept full, requests emitting ``output_tokens`` each."""
+    """X(k): output tokens / s of ``lanes`` rows kept full, requests emitting ``output_tokens`` each."""
     h = harmonic_tokens(alphas, k)
-    finishing = slots * h / output_tokens  # requests per step
-    return slots * h / (step_seconds(slots, k, costs) + finishing * join_s)
+    finishing = lanes * h / output_tokens  # requests per step
+    return lanes * h / (step_seconds(lanes, k, costs) + finishing * join_s)
 
 
-def steady_speedup(slots: int, alphas: Sequence[float], k: int, costs: Costs, output_tokens: float,
+def steady_speedup(lanes: int, alphas: Sequence[float], k: int, costs: Costs, output_tokens: float,
                    join_s: float = 0.0) -> float:
     """X(k) / X_regular: the same queue decoded with k = 0 (dimensionless)."""
-    regular = steady_throughput(slots, [0.0], 0, costs, output_tokens, join_s)
-    return steady_throughput(slots, alphas, k, costs, output_tokens, join_s) / regular
+    regular = steady_throughput(lanes, [0.0], 0, costs, output_tokens, join_s)
+    return steady_throughput(lanes, alphas, k, costs, output_tokens, join_s) / regular
 
 
-def refilled_run_time(lengths: Sequence[float], alphas: Sequence[float], slots: int, k: int, costs: Costs,
+def refilled_run_time(lengths: Sequence[float], alphas: Sequence[float], lanes: int, k: int, costs: Costs,
                       join_s: float | Sequence[float] = 0.0) -> float:
-    """Seconds for N requests, queued at t = 0 in this order, through ``slots`` refilled rows.
+    """Seconds for N requests, queued at t = 0 in this order, through ``lanes`` refilled rows.
 
     Request i needs L_i / E(alpha_i, k) steps (fluid); every step runs the b busy rows at
-    T_step(b, k); a free slot takes the next request at once, paying its join prefill
-    (``join_s``: one value, or one per request; the first ``slots`` requests' prefill is the
-    run's first prefill, counted too). The tail (fewer than ``slots`` requests left) runs
+    T_step(b, k); a free lane takes the next request at once, paying its join prefill
+    (``join_s``: one value, or one per request; the first ``lanes`` requests' prefill is the
+    run's first prefill, counted too). The tail (fewer than ``lanes`` requests left) runs
     part-empty, as in the engine.
     """
     lengths, alphas = list(lengths), list(alphas)
@@ -96,10 +96,10 @@ def refilled_run_time(lengths: Sequence[float], alphas: Sequence[float], slots: 
     joins = list(join_s) if isinstance(join_s, (list, tuple)) else [float(join_s)] * len(lengths)
     need = [L / expected_tokens_per_step(a, k) for L, a in zip(lengths, alphas)]  # steps per request
     queue = list(range(len(lengths)))
-    busy: list[float] = []  # steps left per occupied slot
+    busy: list[float] = []  # steps left per occupied lane
     total = 0.0
     while queue or busy:
-        while queue and len(busy) < slots:
+        while queue and len(busy) < lanes:
             i = queue.pop(0)
             busy.append(need[i])
             total += joins[i]

@@ -23,7 +23,7 @@ def run_summary_lines(trace: dict) -> list[str]:
         ("steps", s["steps"]),
     ]
     if (c.get("requests") or c["batch_size"]) > c["batch_size"] or c.get("arrival_rate"):  # a request queue
-        rows += [("requests / slots", f"{s.get('requests')} / {c['batch_size']}" + (" (static batches)" if c.get("static") else "")),
+        rows += [("requests / lanes", f"{s.get('requests')} / {c['batch_size']}" + (" (static batches)" if c.get("static") else "")),
                  ("throughput requests/s", fmt(s.get("throughput_requests_per_s"))),
                  ("latency p50 / p95 s", f"{fmt(s.get('latency_p50_s'))} / {fmt(s.get('latency_p95_s'))}"),
                  ("TTFT p50 / p95 s", f"{fmt(s.get('ttft_p50_s'))} / {fmt(s.get('ttft_p95_s'))}"),

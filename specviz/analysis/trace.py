@@ -13,11 +13,11 @@ from pathlib import Path
 from specviz.analysis import acceptance
 from specviz.records import Step
 
-# Version 2 (issue 17, the request queue): sequences carry each request's life (arrival, slot,
+# Version 2 (issue 17, the request queue): sequences carry each request's life (arrival, lane,
 # join/leave step and time, TTFT, time per output token, tokens/s), steps carry t_prefill (the
 # prefill of requests joining at that step), joined, left and queue_length, and the summary the
 # server metrics (throughput, latency percentiles, goodput). With a queue (more requests than
-# slots, or arrivals over time) a step's "rows" lists only the rows that stepped. Every version-1
+# lanes, or arrivals over time) a step's "rows" lists only the rows that stepped. Every version-1
 # field keeps its meaning, and version-1 traces still load.
 # Version 3 (issue 16, token trees): in a run with --tree-width > 1 each row-step carries "tree":
 # per draft node its "token", "parent" (row-local node index, -1 = the row's last token), "depth",
@@ -32,8 +32,11 @@ from specviz.records import Step
 # text is not the target's (synthetic_label says so on every page and chart). (Added field: still version 3.)
 # Version 4: the config's draft-length policy is "policy" (before: "controller"); load_json renames it in
 # older traces, which read as before otherwise.
-TRACE_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# Version 5: a request's lane (which of the batch's B concurrent rows it held, per sequence and per row of
+# a step) is "lane" (before: "slot", a word the cache's token positions keep); load_json renames it in older
+# traces, which read as before otherwise.
+TRACE_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 PHASES = ("draft", "verify", "accept", "bookkeeping")
 
 
@@ -152,7 +155,7 @@ def request_record(row) -> dict:
     arrival = arrival or 0.0
     return {
         "arrival_s": arrival,
-        "slot": getattr(row, "slot", None),
+        "lane": getattr(row, "lane", None),
         "join_step": getattr(row, "join_step", None),
         "join_s": join,
         "first_token_s": first,
@@ -231,6 +234,11 @@ def load_json(path_or_text) -> dict:
     cfg = trace["config"]
     if isinstance(cfg, dict) and "controller" in cfg and "policy" not in cfg:  # versions 1-3 named it so
         cfg["policy"] = cfg.pop("controller")
+    seqs, steps = (x if isinstance(x, list) else [] for x in (trace["sequences"], trace["steps"]))
+    rows = [r for s in steps if isinstance(s, dict) and isinstance(s.get("rows"), list) for r in s["rows"]]
+    for r in seqs + rows:  # versions 2-4 named a request's lane "slot"
+        if isinstance(r, dict) and "slot" in r and "lane" not in r:
+            r["lane"] = r.pop("slot")
     return trace
 
 

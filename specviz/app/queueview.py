@@ -1,10 +1,11 @@
 """The Live page's request queue (issue 17): its two controls and its charts. The page calls
 ``controls()`` among its widgets and ``draw(trace)`` after its chart grid (whose ragged-lengths place
-shows the slot timeline under a queue: specviz.figures.chartcaptions.lengths_view); the state keys and
+shows the lane timeline under a queue: specviz.figures.chartcaptions.lengths_view); the state keys and
 their RunConfig fields are specviz.app.state's QUEUE_DEFAULTS and queue_settings.
 
-A static run (requests = batch size, no arrivals) looks as before: the ragged-lengths chart and
-no queue section.
+A lane is one of the batch's b rows; a request holds a lane from the step it joins until it finishes,
+then the lane goes to the next queued request. A static run (requests = batch size, no arrivals) looks
+as before: the ragged-lengths chart and no queue section.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from specviz.bounds import SLIDERS
 
 
 def controls() -> None:
-    st.number_input("Requests through the b slots (0 = one static batch of b)", min_value=SLIDERS["requests"][0],
+    st.number_input("Requests through the b lanes (0 = one static batch of b)", min_value=SLIDERS["requests"][0],
                     max_value=SLIDERS["requests"][1], step=SLIDERS["requests"][3], key="requests",
-                    help="continuous batching: when a row finishes, the next request's prompt is prefilled and "
-                         "takes its slot; prompts cycle to this many requests. The race runs regular decoding "
+                    help="continuous batching: a lane is one of the batch's b rows; when a request finishes, the next "
+                         "request's prompt is prefilled and takes its lane; prompts cycle to this many requests. The race runs regular decoding "
                          "under the same queue.")
     st.number_input("Arrival rate, requests/s (0 = all queued at the start)", min_value=SLIDERS["arrival_rate"][0],
                     max_value=SLIDERS["arrival_rate"][1], step=SLIDERS["arrival_rate"][3], key="arrival_rate",
@@ -40,7 +41,7 @@ def summary_line(trace: dict) -> str | None:
 
 
 def draw(trace: dict) -> None:
-    """The queue section: waiting requests and busy slots over time, per-request latencies."""
+    """The queue section: waiting requests and busy lanes over time, per-request latencies."""
     if not queuecharts.is_queued(trace):
         return
     st.subheader("Request queue")

@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "llamacpp: llama.cpp's draft model, q4_1 (the packaged target at 4 bits, the default) or a .gguf)")
     g.add_argument("--peer-modes", metavar="LIST",
                    help="--peer llamacpp: llama.cpp's arms, of regular, lookup (its prompt lookup) and draft (a draft "
-                        "model); default all three at --batch-size 1, regular above (it speculates at one slot only)")
+                        "model); default all three at --batch-size 1, regular above (it speculates in one lane only)")
     g.add_argument("--peer-weights", default="bf16", metavar="LIST",
                    help="--peer llamacpp: the GGUFs it runs, of bf16 (our weights, the same bits), f32 and q4_1 (the "
                         "packaged 4-bit file: a lower bandwidth floor); bf16 and f32 are written once from ours")

@@ -91,8 +91,9 @@ RUN_FLAGS = [
     ]),
     ("request queue (continuous batching)", [
         ("--requests", dict(type=int, default=None, metavar="N",
-                            help="requests served through --batch-size slots, prompts cycled to N; a finished row's "
-                                 "slot goes to the next request (unset: the batch size, one static batch)")),
+                            help="requests served through --batch-size lanes (the batch's rows), prompts cycled to N; a "
+                                 "finished request's lane goes to the next request (unset: the batch size, one "
+                                 "static batch)")),
         ("--arrival-rate", dict(type=float, default=0.0, metavar="R",
                                 help="requests arrive at R per second (Poisson, seeded by --seed); 0 = all queued at "
                                      "the start (vLLM's benchmark writes this as inf)")),

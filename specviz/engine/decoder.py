@@ -10,9 +10,10 @@ step's kind, specviz.engine.chainstep.ChainStep or treestep.TreeStep, supplies t
           a_b + 1, finished rows (EOS, max tokens) leave the batch
 Regular decoding is the same loop with k = 0, so every comparison is like for like.
 
-Requests and slots: the decoder serves ``len(prompts)`` requests through ``slots`` concurrent
-rows (default: one row per request, a static batch). With more requests than slots, a queued
-request that has arrived (``arrivals``, seconds after the run starts; default all at 0) joins at
+Requests and lanes: the decoder serves ``len(prompts)`` requests through ``lanes`` concurrent
+rows (default: one row per request, a static batch). A lane is one of the batch's B rows; a request
+holds a lane from the step it joins until it finishes, then the lane goes to the next queued request.
+With more requests than lanes, a queued request that has arrived (``arrivals``, seconds after the run starts; default all at 0) joins at
 the start of the next step after a row leaves: its prompt is prefilled in a forward of its own
 (target and draft) and its cache rows are appended to the running ragged caches
 (RaggedCache.extend); it then steps with the others. ``refill=False`` runs the requests as
@@ -54,7 +55,7 @@ class RowState:
     steps: int = 0
     # the request's life, in seconds after the run started (SpecDecoder.t0) and step numbers
     arrival_s: float = 0.0
-    slot: int | None = None  # which of the decoder's concurrent rows it occupied
+    lane: int | None = None  # which of the decoder's concurrent rows (lanes) it held
     join_step: int | None = None  # first step it took part in
     join_s: float | None = None  # when its prefill started
     first_token_s: float | None = None  # end of the step that gave its first output token
@@ -108,7 +109,7 @@ class SpecDecoder:
         compact_threshold: float = 0.25,
         accept_fn=None,
         keep_hidden: bool = False,
-        slots: int | None = None,
+        lanes: int | None = None,
         arrivals: list[float] | None = None,
         refill: bool = True,
         tree=None,  # a treestep.TreeShape: every row drafts a token tree (None = chains)
@@ -141,13 +142,13 @@ class SpecDecoder:
             RowState(i, p, list(ids), key=streams.row_key(seed, i))
             for i, (p, ids) in enumerate(zip(prompts, prompt_ids))
         ]
-        self.slots = len(self.rows) if slots is None else max(1, min(int(slots), len(self.rows)))
+        self.lanes = len(self.rows) if lanes is None else max(1, min(int(lanes), len(self.rows)))
         self.refill = refill
         for r, a in zip(self.rows, arrivals or []):
             r.arrival_s = float(a)
         self.queue: list[RowState] = list(self.rows)  # requests not yet joined, in arrival order
         self.queue.sort(key=lambda r: r.arrival_s)
-        self.continuous = self.slots < len(self.rows) or any(r.arrival_s > 0 for r in self.rows)
+        self.continuous = self.lanes < len(self.rows) or any(r.arrival_s > 0 for r in self.rows)
         self.active: list[RowState] = []
         self.prefill_s = 0.0
         self.join_prefill_s = 0.0  # seconds of newcomers' prefills (inside steps' t_prefill)
@@ -160,8 +161,8 @@ class SpecDecoder:
         self._stop = True
 
     def _arrived(self, step: int) -> list[RowState]:
-        """Queued requests that may join now: arrived, and a slot free (static batches: all free)."""
-        free = self.slots - len(self.active)
+        """Queued requests that may join now: arrived, and a lane free (static batches: all free)."""
+        free = self.lanes - len(self.active)
         if not self.queue or free <= 0 or (not self.refill and self.active):
             return []
         now = time.perf_counter() - self.t0
@@ -185,11 +186,11 @@ class SpecDecoder:
         return hidden if self.wants_features else None
 
     def _take(self, rows: list[RowState], step: int, t: float) -> None:
-        used = {r.slot for r in self.active}
-        free = iter(s for s in range(self.slots) if s not in used)
+        used = {r.lane for r in self.active}
+        free = iter(s for s in range(self.lanes) if s not in used)
         for r in rows:
             self.queue.remove(r)
-            r.slot, r.join_step, r.join_s = next(free), step, t - self.t0
+            r.lane, r.join_step, r.join_s = next(free), step, t - self.t0
         self.active = self.active + rows
 
     def _prefill_cache(self, rows: list[RowState]) -> RaggedCache:
@@ -225,7 +226,7 @@ class SpecDecoder:
         self._prefill()
         step = 0
         while (self.active or self.queue) and not self._stop:
-            if not self.active:  # every slot idle: wait for the next arrival
+            if not self.active:  # every lane idle: wait for the next arrival
                 time.sleep(max(0.0, self.queue[0].arrival_s - (time.perf_counter() - self.t0)))
             yield self._step(step)
             step += 1
@@ -290,7 +291,7 @@ class SpecDecoder:
         for i, (r, e, a, p) in enumerate(zip(self.active, emitted, num_accepted, proposed)):
             out = self._append(r, e)
             r.drafted, r.accepted, r.steps = r.drafted + len(p), r.accepted + a, r.steps + 1
-            records[r.index] = RowStep(r.index, True, len(p), a, tuple(out), tuple(p), r.slot,
+            records[r.index] = RowStep(r.index, True, len(p), a, tuple(out), tuple(p), r.lane,
                                        (trees or {}).get(r.index))
             if r.finish_reason is None:
                 keep.append(i)

@@ -272,7 +272,7 @@ class Goodput(Analytic):
     sum_i E(alpha_i, k) / T_step(b, k) (:func:`specviz.analysis.steady.step_goodput`), over the b
     rows about to step. Rows that stepped before count at their own acceptance estimate (as in
     :class:`Analytic`), rows that just joined at the batch's. No ragged-completion term: in a
-    refilled batch a finished row's slot goes to the next request. Without ``costs`` it falls back
+    refilled batch a finished request's lane goes to the next request. Without ``costs`` it falls back
     to Analytic's batch-1 formula. As in Analytic, the estimate freezes while k = 0.
     """
 

@@ -145,9 +145,9 @@ def race_caption(traces: dict[str, dict], until: float | None = None) -> str:
 
 
 def lengths_view(trace: dict):
-    """The ragged-lengths place on the grid: under a request queue the slot timeline, each with its sentence."""
+    """The ragged-lengths place on the grid: under a request queue the lane timeline, each with its sentence."""
     if queuecharts.is_queued(trace):
-        return queuecharts.slot_timeline(trace), queuecharts.slot_timeline_sentence(trace)
+        return queuecharts.lane_timeline(trace), queuecharts.lane_timeline_sentence(trace)
     return charts.ragged_lengths(trace), lengths_sentence(trace)
 
 

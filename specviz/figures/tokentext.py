@@ -35,6 +35,8 @@ TERMS = {
                                        "regular decoding's is 1.",
     "phases": "draft (the draft proposes), verify (the target's forward over every slot), accept (the acceptance "
               "rule), bookkeeping (caches rolled back, outputs recorded); other = wall time between steps.",
+    "lane": "under a request queue, one of the batch's b rows: a request holds a lane from the step it joins "
+            "until it finishes, then the lane goes to the next queued request.",
 }
 # The acceptance quantities, named as specviz.analysis.acceptance names them (and computes them).
 ALPHA = acceptance.ALPHA

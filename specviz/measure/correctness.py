@@ -34,10 +34,10 @@ class RowCheck:
 
 
 def greedy_outputs(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
-                   slots: int | None = None, tree=None) -> list[list[int]]:
-    """Greedy outputs of every prompt run together (``slots`` rows serving them as a request queue;
+                   lanes: int | None = None, tree=None) -> list[list[int]]:
+    """Greedy outputs of every prompt run together (``lanes`` rows serving them as a request queue;
     ``tree`` an engine.treestep.TreeShape: token trees)."""
-    dec = decoder_for_ids(target, proposer, prompt_ids, k, max_new_tokens, slots=slots, tree=tree)
+    dec = decoder_for_ids(target, proposer, prompt_ids, k, max_new_tokens, lanes=lanes, tree=tree)
     for _ in dec.steps():
         pass
     return [r.output for r in dec.rows]
@@ -67,12 +67,12 @@ def check_exactness(target, proposer, prompt_ids, batch_size: int, k: int, max_n
                     references: list[list[int]] | None = None, requests: int | None = None,
                     tree=None) -> list[RowCheck]:
     """Run B rows (prompts cycled) speculatively and compare each with batch-1 greedy; with
-    ``requests``, that many requests (prompts cycled) through B slots refilled as rows finish."""
+    ``requests``, that many requests (prompts cycled) through B lanes refilled as rows finish."""
     rows = [prompt_ids[i % len(prompt_ids)] for i in range(requests or batch_size)]
     if references is None:
         references = [greedy_outputs(target, None, [p], 0, max_new_tokens)[0] for p in prompt_ids]
     refs = [references[i % len(prompt_ids)] for i in range(len(rows))]
-    outs = greedy_outputs(target, proposer, rows, k, max_new_tokens, slots=batch_size, tree=tree)
+    outs = greedy_outputs(target, proposer, rows, k, max_new_tokens, lanes=batch_size, tree=tree)
     return compare(target, rows, outs, refs)
 
 

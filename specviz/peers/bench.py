@@ -4,8 +4,8 @@ One vLLM server (specviz.peers.server) runs for the whole bench with the specula
 matches ours (``--draft none``: regular decoding on both sides; ``--draft ngram[:N]``: prompt lookup
 on both, the same k). Rounds interleave the two arms (the order swaps every round, and each arm
 starts once the machine is idle: ``settle``), each running every request once with the same
-concurrency: ours through ``--batch-size`` slots (``--requests N``: N requests, a finished slot
-refilled), vLLM with as many client threads and ``max_num_seqs`` slots.
+concurrency: ours through ``--batch-size`` lanes (``--requests N``: N requests, a finished request's
+lane refilled), vLLM with as many client threads and ``max_num_seqs`` lanes.
 Both decode greedily from the same prompt token ids (ours after the chat template; vLLM gets the
 ids, not the text). Per arm: output tokens/s over the round's wall time, TTFT and time per output
 token per request (TTFT from the start of service, ours: the request's prefill start, vLLM: a free
@@ -109,7 +109,7 @@ def settle(idle_pct: float = 15.0, quiet_s: float = 0.5, max_s: float = 5.0, sam
     """Wait until the whole machine has been idle (CPU below ``idle_pct``) for ``quiet_s``, at most
     ``max_s``; returns the seconds waited. Between arms: vLLM's engine and worker processes spin on
     their cores for a while after the last request returns, and an arm started under them paid for it
-    (our 8-slot TTFT was 0.72-0.91 s in the bench against 0.25-0.35 s alone, 2026-12-01)."""
+    (our 8-lane TTFT was 0.72-0.91 s in the bench against 0.25-0.35 s alone, 2026-12-01)."""
     t0 = time.perf_counter()
     quiet = 0.0
     psutil.cpu_percent(None)  # the next call measures from here
@@ -211,13 +211,13 @@ def _setup(cfg: RunConfig, serve: ServeConfig | None, peer_draft: str | None = N
     return ours_cfg, target, proposer, serve
 
 
-def peer_bench(cfg: RunConfig, slots: list[tuple[int, int | None]] | None = None, rounds: int = 3,
+def peer_bench(cfg: RunConfig, settings: list[tuple[int, int | None]] | None = None, rounds: int = 3,
                serve: ServeConfig | None = None, on_round=None, peer_draft: str | None = None):
-    """Ours vs one vLLM server started here, interleaved over ``rounds``, for each (slots, requests)
-    setting (default: cfg's own; requests None = every prompt once, at least one per slot). Greedy only.
+    """Ours vs one vLLM server started here, interleaved over ``rounds``, for each (lanes, requests)
+    setting (default: cfg's own; requests None = every prompt once, at least one per lane). Greedy only.
     ``peer_draft``: vLLM's draft (none or ngram[:N]) when it is not ours. Yields a PeerResult per
     setting as soon as it is measured."""
-    settings = slots or [(cfg.batch_size, cfg.requests)]
+    settings = settings or [(cfg.batch_size, cfg.requests)]
     ours_cfg, target, proposer, serve = _setup(cfg, serve, peer_draft)
     serve = dataclasses.replace(serve, max_num_seqs=max(b for b, _ in settings))
     with VllmServer(serve) as server:
@@ -277,7 +277,7 @@ def format_result(res: PeerResult) -> str:
     theirs = "regular" if res.vllm_draft[0] == "none" else f"{res.vllm_draft[0]} k={res.vllm_draft[1]}"
     ours = "regular" if not a else f"{c.draft} k={c.draft_length}"
     lines = [f"vLLM {res.version} (started in {res.startup_s:.0f} s) vs ours: target {c.target}, ours {ours}, vLLM "
-             f"{theirs}, {n} requests through {c.batch_size} slots, "
+             f"{theirs}, {n} requests through {c.batch_size} lanes, "
              f"max_new_tokens={c.max_new_tokens}, greedy, {res.rounds} interleaved rounds",
              f"{'arm':<8}{'tokens/s':>10}{'TTFT p50/p95 ms':>18}{'TPOT p50/p95 ms':>18}{'acceptance rate':>17}"
              f"{'mean acceptance length':>24}  acceptance per position"]

@@ -34,7 +34,7 @@ def add_vllm_args(p) -> None:
                    help="loopback port (vLLM's own default and the Server page's default address; 0 = a free one)")
     g.add_argument("--max-model-len", type=int, default=2048, metavar="N",
                    help="context per request (bounds vLLM's KV cache)")
-    g.add_argument("--max-num-seqs", type=int, default=8, metavar="N", help="vLLM's batch slots")
+    g.add_argument("--max-num-seqs", type=int, default=8, metavar="N", help="vLLM's batch lanes (requests decoded at once)")
     g.add_argument("--no-compile", action="store_true",
                    help="run vLLM's model eagerly, without torch.compile: starts in under a minute instead of several "
                         "on a 2-core CPU, decodes slower")

@@ -10,8 +10,8 @@ and llama.cpp's arms, one per (weights, mode):
     modes    regular; lookup (the binding's prompt lookup, k = --draft-length); draft (a draft GGUF, by
              default the packaged target at 4 bits, since llama.cpp cannot read our distilled draft)
 
-One slot runs the binding's Llama.generate; several slots (--batch-size B) run one llama.cpp context
-with a sequence per slot, regular decoding only (the binding speculates at one slot). Both sides get the
+One lane (--batch-size 1) runs the binding's Llama.generate; several lanes (--batch-size B) run one llama.cpp
+context with a sequence per lane, regular decoding only (the binding speculates in one lane). Both sides get the
 same prompt token ids (ours after the chat template), the same max tokens, greedy, the same threads.
 Per arm: tokens/s end to end (output tokens over the round's wall time) and decode tokens/s (the same
 tokens over the wall time less prefill, ours as our trace summary counts it), the ratio to our regular
@@ -64,7 +64,7 @@ def check_llamacpp(c, modes: str | None, weights: str, peer_draft: str | None) -
     else:
         m = _list(modes, MODES, "--peer-modes")
     if c.batch_size > 1 and m != ["regular"]:
-        raise SpecvizError(f"llama-cpp-python speculates at one slot only: at --batch-size {c.batch_size} give "
+        raise SpecvizError(f"llama-cpp-python speculates in one lane only: at --batch-size {c.batch_size} give "
                            "--peer-modes regular (or --batch-size 1 for lookup and draft)")
     if peer_draft is not None and not (peer_draft == "q4_1" or peer_draft.endswith(".gguf")):
         raise SpecvizError(f"with --peer llamacpp, --peer-draft is llama.cpp's draft model: q4_1 (the packaged target "
@@ -123,10 +123,10 @@ class LlamaCppPeer:
         return False
 
 
-def run_request(mode: str, model: str, draft: str | None, k: int, ngram: int, slots: int,
+def run_request(mode: str, model: str, draft: str | None, k: int, ngram: int, lanes: int,
                 prompts: list[list[int]], max_tokens: int, eos: int | None) -> dict:
     """One arm's request to the worker: every prompt once, greedy."""
-    return {"op": "run", "mode": mode, "model": model, "draft": draft, "k": k, "ngram": ngram, "slots": slots,
+    return {"op": "run", "mode": mode, "model": model, "draft": draft, "k": k, "ngram": ngram, "lanes": lanes,
             "prompts": prompts, "max_tokens": max_tokens, "eos": eos}
 
 
@@ -183,7 +183,7 @@ def spread(values: list[float]) -> str:
 def format_result(res: LlamaCppResult) -> str:
     c = res.cfg
     lines = [f"llama.cpp (llama-cpp-python {res.version}) vs ours: target {c.target}, ours {res.dtype}, "
-             f"{c.num_requests if c.batch_size > 1 else len(c.prompts)} requests through {c.batch_size} slot(s), "
+             f"{c.num_requests if c.batch_size > 1 else len(c.prompts)} requests through {c.batch_size} lane(s), "
              f"max_new_tokens={c.max_new_tokens}, greedy, {res.threads} threads, {res.rounds} interleaved rounds",
              f"{'arm':<30}{'tokens/s':>10}{'decode tok/s':>14}{'vs ours regular':>17}{'spread':>12}{'acceptance rate':>17}"]
     for name, a in res.arms.items():
@@ -203,7 +203,7 @@ def format_result(res: LlamaCppResult) -> str:
 def result_json(res: LlamaCppResult, busy: str | None = None) -> dict:
     c = res.cfg
     return {"peer": "llamacpp", "llama_cpp_python": res.version, "target": c.target, "dtype": res.dtype,
-            "slots": c.batch_size, "max_new_tokens": c.max_new_tokens, "draft": c.draft, "draft_length": c.draft_length,
+            "lanes": c.batch_size, "max_new_tokens": c.max_new_tokens, "draft": c.draft, "draft_length": c.draft_length,
             "threads": res.threads, "rounds": res.rounds, "ggufs": res.ggufs,
             "arms": {name: {"tokens_per_s": statistics.median(a.tok_s),
                             "decode_tokens_per_s": statistics.median(a.decode_tok_s),

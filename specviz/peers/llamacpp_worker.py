@@ -7,16 +7,16 @@ one request on stdin, one answer on stdout (llama.cpp's own logging goes to stde
     {"op": "load", "models": {NAME: GGUF path}, "threads": T, "n_ctx": N}
         -> {"ok": true, "version": ..., "system": ...}
     {"op": "run", "mode": "regular"|"lookup"|"draft", "model": NAME, "draft": NAME|null, "k": K,
-     "ngram": N, "slots": B, "prompts": [[ids]], "max_tokens": M, "eos": ID|null}
+     "ngram": N, "lanes": B, "prompts": [[ids]], "max_tokens": M, "eos": ID|null}
         -> {"ok": true, "wall_s": s, "prefill_s": s, "drafted": n, "accepted": n,
             "requests": [{"output_ids": [...], "ttft_s": s, "latency_s": s}]}
     {"op": "quit"}
 
-Every mode is greedy. One slot runs the binding's own ``Llama.generate`` (with ``draft_model``: its
+Every mode is greedy. One lane runs the binding's own ``Llama.generate`` (with ``draft_model``: its
 prompt lookup, ``LlamaPromptLookupDecoding``, or a draft GGUF through ``ModelDraft`` below). Several
-slots run one llama_context with a sequence per slot through the low-level batch API, as llama-server
-does: a free slot takes the next request (its prompt prefilled alone), then one llama_decode a step
-carries every busy slot's next token. The binding has no batched speculation, so slots > 1 is regular
+lanes run one llama_context with a sequence per lane through the low-level batch API, as llama-server
+does: a free lane takes the next request (its prompt prefilled alone), then one llama_decode a step
+carries every busy lane's next token. The binding has no batched speculation, so lanes > 1 is regular
 decoding only.
 """
 
@@ -37,7 +37,7 @@ def _out():
     return proto
 
 
-# ---- one slot: the binding's Llama.generate -----------------------------------------------------
+# ---- one lane: the binding's Llama.generate -----------------------------------------------------
 
 class ModelDraft:
     """A draft GGUF behind the binding's LlamaDraftModel interface: given the ids so far, its greedy next
@@ -85,7 +85,7 @@ def generate_one(llm, prompt: list[int], max_tokens: int, eos: int | None) -> di
     return {"output_ids": out, "ttft_s": first - t0, "latency_s": end - t0}
 
 
-def run_one_slot(llm, prompts, max_tokens, eos, draft=None) -> dict:
+def run_one_lane(llm, prompts, max_tokens, eos, draft=None) -> dict:
     """Every prompt in turn; with ``draft`` (a Recorded), also what it proposed and what was accepted."""
     llm.draft_model = draft
     reqs, drafted, accepted = [], 0, 0
@@ -104,25 +104,25 @@ def run_one_slot(llm, prompts, max_tokens, eos, draft=None) -> dict:
     return res if draft is None else {**res, "drafted": drafted, "accepted": accepted}
 
 
-# ---- several slots: one context, a sequence per slot --------------------------------------------
+# ---- several lanes: one context, a sequence per lane --------------------------------------------
 
-class Slots:
+class Lanes:
     """B sequences in one llama_context over a loaded model; greedy, argmax over each row's logits."""
 
-    def __init__(self, model, slots: int, n_ctx: int, threads: int):
+    def __init__(self, model, lanes: int, n_ctx: int, threads: int):
         import llama_cpp as L
 
         self.L = L
         p = L.llama_context_default_params()
-        p.n_ctx, p.n_batch, p.n_ubatch = slots * n_ctx, n_ctx, min(n_ctx, 512)
-        p.n_seq_max, p.n_threads, p.n_threads_batch = slots, threads, threads
+        p.n_ctx, p.n_batch, p.n_ubatch = lanes * n_ctx, n_ctx, min(n_ctx, 512)
+        p.n_seq_max, p.n_threads, p.n_threads_batch = lanes, threads, threads
         self.ctx = L.llama_init_from_model(model, p)
         if self.ctx is None:
-            raise RuntimeError(f"llama.cpp could not make a context of {slots} slots x {n_ctx} tokens")
+            raise RuntimeError(f"llama.cpp could not make a context of {lanes} lanes x {n_ctx} tokens")
         self.mem = L.llama_get_memory(self.ctx)
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
-        self.batch = L.llama_batch_init(max(n_ctx, slots), 0, 1)
-        self.slots = slots
+        self.batch = L.llama_batch_init(max(n_ctx, lanes), 0, 1)
+        self.lanes = lanes
 
     def close(self):
         self.L.llama_batch_free(self.batch)
@@ -145,10 +145,10 @@ class Slots:
     def run(self, prompts, max_tokens, eos) -> dict:
         todo = list(enumerate(prompts))
         reqs: list = [None] * len(prompts)
-        busy: dict[int, dict] = {}  # slot -> {"req", "pos", "out", "t0", "first"}
+        busy: dict[int, dict] = {}  # lane -> {"req", "pos", "out", "t0", "first"}
         prefill, t0 = 0.0, time.perf_counter()
         while todo or busy:
-            for s in [s for s in range(self.slots) if s not in busy][: len(todo)]:
+            for s in [s for s in range(self.lanes) if s not in busy][: len(todo)]:
                 i, ids = todo.pop(0)
                 start = time.perf_counter()
                 self.L.llama_memory_seq_rm(self.mem, s, -1, -1)
@@ -186,7 +186,7 @@ def accepted_tokens(proposals: list[tuple[int, list[int]]], seq: list[int]) -> i
 
 class Worker:
     def __init__(self):
-        self.models: dict = {}  # name -> Llama (one slot, no draft)
+        self.models: dict = {}  # name -> Llama (one lane, no draft)
         self.spec: dict = {}  # name -> Llama made with a draft (the binding then keeps every row's logits)
         self.threads, self.n_ctx = 2, 2048
 
@@ -206,7 +206,7 @@ class Worker:
                      n_threads_batch=self.threads, verbose=False, **kw)
 
     def _spec_llama(self, name: str):
-        """The target again, made with a draft slot: the binding decides at construction to keep every
+        """The target again, made with a draft model: the binding decides at construction to keep every
         position's logits (verification needs them), so this is a second context over the same mmapped file."""
         if name not in self.spec:
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -216,16 +216,16 @@ class Worker:
 
     def run(self, req: dict) -> dict:
         mode, prompts, m, eos = req["mode"], req["prompts"], req["max_tokens"], req.get("eos")
-        if req.get("slots", 1) > 1:
+        if req.get("lanes", 1) > 1:
             if mode != "regular":
-                raise ValueError("llama-cpp-python speculates at one slot only")
-            slots = Slots(self.models[req["model"]].model, req["slots"], self.n_ctx, self.threads)
+                raise ValueError("llama-cpp-python speculates in one lane only")
+            lanes = Lanes(self.models[req["model"]].model, req["lanes"], self.n_ctx, self.threads)
             try:
-                return slots.run(prompts, m, eos)
+                return lanes.run(prompts, m, eos)
             finally:
-                slots.close()
+                lanes.close()
         if mode == "regular":
-            return run_one_slot(self.models[req["model"]], prompts, m, eos)
+            return run_one_lane(self.models[req["model"]], prompts, m, eos)
         if mode == "lookup":
             from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -234,7 +234,7 @@ class Worker:
             draft = ModelDraft(self.models[req["draft"]], req["k"])
         else:
             raise ValueError(f"unknown mode {mode!r}")
-        return run_one_slot(self._spec_llama(req["model"]), prompts, m, eos, Recorded(draft))
+        return run_one_lane(self._spec_llama(req["model"]), prompts, m, eos, Recorded(draft))
 
 
 def main() -> int:

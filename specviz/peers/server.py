@@ -113,7 +113,7 @@ class ServeConfig:
     port: int = 0  # 0 = a free loopback port
     dtype: str = "bfloat16"  # vLLM's --dtype (auto keeps the checkpoint's float32)
     max_model_len: int = 2048  # context per request; bounds vLLM's KV cache
-    max_num_seqs: int = 8  # vLLM's batch slots
+    max_num_seqs: int = 8  # vLLM's batch lanes (requests decoded at once)
     startup_timeout_s: float = 300.0
     compile: bool = True  # vLLM-CPU's torch.compile (inductor): minutes to start on 2 cores; False = eager PyTorch
     kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE: vLLM-CPU's default (4 GiB) is far more than 135M needs

@@ -61,7 +61,7 @@ def test_llamacpp_writes_draft_max_min_and_p_min():
     assert ec.settings_for("llamacpp", NGRAM).text == "--draft-max 2 --draft-min 1 --draft-p-min 0.0"
     m = ec.settings_for("llamacpp", MODEL)
     assert m.text == "--draft-max 4 --draft-min 2 --draft-p-min 0.4"
-    assert m.explanation == ("specviz tune: k = 4 at 2 slot(s); drafts of 2+ tokens are predicted to pay (shorter ones "
+    assert m.explanation == ("specviz tune: k = 4 at 2 lane(s); drafts of 2+ tokens are predicted to pay (shorter ones "
                              "are skipped); drafts stop below probability 0.4 as measured")
 
 

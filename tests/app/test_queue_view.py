@@ -1,4 +1,4 @@
-"""The request queue in the app (issue 17): the slot timeline, the queue-length chart and the
+"""The request queue in the app (issue 17): the lane timeline, the queue-length chart and the
 per-request latency distributions, drawn from real queued traces of the engine (a tiny model
 here; the packaged one through the Live page), and the Live page's requests and arrival-rate
 controls reaching the run's config, the race partner included."""
@@ -19,15 +19,15 @@ from fakes import ragged_prompts, tiny_llama
 V = 64
 
 
-def engine_trace(n=7, slots=3, max_new=6, arrivals=None):
+def engine_trace(n=7, lanes=3, max_new=6, arrivals=None):
     """A real run of the engine on the tiny model, as a trace (what run.run would write)."""
     target = tiny_llama(V)
-    dec = decoder_for_ids(target, NgramDraft(), ragged_prompts(n, V, seed=5), 2, max_new, slots=slots,
+    dec = decoder_for_ids(target, NgramDraft(), ragged_prompts(n, V, seed=5), 2, max_new, lanes=lanes,
                           arrivals=arrivals)
     steps = [s.to_json() for s in dec.steps()]
     seqs = [sequence_record(r, None) for r in dec.rows]
     wall = queuecharts.step_end(steps[-1])
-    cfg = {"batch_size": slots, "requests": n if n != slots else None, "arrival_rate": 1.0 if arrivals else 0.0,
+    cfg = {"batch_size": lanes, "requests": n if n != lanes else None, "arrival_rate": 1.0 if arrivals else 0.0,
            "draft_length": 2, "mode": "speculative"}
     return build_trace(cfg, {}, seqs, steps, [], wall, dec.prefill_s)
 
@@ -37,49 +37,49 @@ def queued():
     return engine_trace()
 
 
-def test_the_slot_timeline_puts_each_request_in_its_slot_from_join_to_leave(queued):
-    spans = queuecharts.slot_spans(queued)
+def test_the_lane_timeline_puts_each_request_in_its_lane_from_join_to_leave(queued):
+    spans = queuecharts.lane_spans(queued)
     seqs = {q["index"]: q for q in queued["sequences"]}
-    assert sorted(x["index"] for x in spans) == list(range(7))  # each request once: it never changes slot
+    assert sorted(x["index"] for x in spans) == list(range(7))  # each request once: it never changes lane
     for x in spans:
         q = seqs[x["index"]]
-        assert (x["slot"], x["first_step"], x["last_step"]) == (q["slot"], q["join_step"], q["leave_step"])
+        assert (x["lane"], x["first_step"], x["last_step"]) == (q["lane"], q["join_step"], q["leave_step"])
         assert x["tokens"] == len(q["output_token_ids"]) and x["end_s"] == pytest.approx(q["leave_s"])
-    for slot in range(3):  # one request at a time per slot
-        lane = sorted((x["start_s"], x["end_s"]) for x in spans if x["slot"] == slot)
-        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(lane, lane[1:]))
-    fig = queuecharts.slot_timeline(queued)
+    for lane in range(3):  # one request at a time per lane
+        held = sorted((x["start_s"], x["end_s"]) for x in spans if x["lane"] == lane)
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(held, held[1:]))
+    fig = queuecharts.lane_timeline(queued)
     bars = {t.name: t for t in fig.data}
     assert len(bars["request"].x) == 7 and list(bars["request"].text) == [f"r{x['index']}" for x in spans]
-    assert "Slot timeline" in fig.layout.title.text
+    assert "Lane timeline" in fig.layout.title.text
 
 
-def test_idle_slots_fill_each_lane_to_the_runs_length(queued):
-    """7 requests through 3 slots: the queue drains, so some slot idles at the end; busy plus idle
+def test_idle_lanes_fill_each_lane_to_the_runs_length(queued):
+    """7 requests through 3 lanes: the queue drains, so some lane idles at the end; busy plus idle
     time is the run's length in every lane."""
-    spans, idle = queuecharts.slot_spans(queued), queuecharts.idle_spans(queued)
+    spans, idle = queuecharts.lane_spans(queued), queuecharts.idle_spans(queued)
     steps = queued["steps"]
     length = queuecharts.step_end(steps[-1]) - steps[0]["t_start"]
     assert idle and any(x["end_s"] == pytest.approx(queuecharts.step_end(steps[-1])) for x in idle)
-    for slot in range(3):
-        busy = sum(x["end_s"] - x["start_s"] for x in spans if x["slot"] == slot)
-        free = sum(x["end_s"] - x["start_s"] for x in idle if x["slot"] == slot)
+    for lane in range(3):
+        busy = sum(x["end_s"] - x["start_s"] for x in spans if x["lane"] == lane)
+        free = sum(x["end_s"] - x["start_s"] for x in idle if x["lane"] == lane)
         assert busy + free == pytest.approx(length)
-    assert "idle slot" in {t.name for t in queuecharts.slot_timeline(queued).data}
+    assert "idle lane" in {t.name for t in queuecharts.lane_timeline(queued).data}
 
 
-def test_slots_wait_for_arrivals():
-    """Two requests arrive 1.5 s in, long after the first two are done: both slots show idle from
+def test_lanes_wait_for_arrivals():
+    """Two requests arrive 1.5 s in, long after the first two are done: both lanes show idle from
     the first requests' leave to the newcomers' first step."""
-    trace = engine_trace(n=4, slots=2, max_new=3, arrivals=[0.0, 0.0, 1.5, 1.5])
+    trace = engine_trace(n=4, lanes=2, max_new=3, arrivals=[0.0, 0.0, 1.5, 1.5])
     idle = queuecharts.idle_spans(trace)
     seqs = trace["sequences"]
     start = {s["step"]: s["t_start"] for s in trace["steps"]}
     for early, late in ((seqs[0], seqs[2]), (seqs[1], seqs[3])):
-        assert late["slot"] == early["slot"] and late["join_s"] >= 1.5 > early["leave_s"]
-        gap = [x for x in idle if x["slot"] == late["slot"] and x["end_s"] == pytest.approx(start[late["join_step"]])]
+        assert late["lane"] == early["lane"] and late["join_s"] >= 1.5 > early["leave_s"]
+        gap = [x for x in idle if x["lane"] == late["lane"] and x["end_s"] == pytest.approx(start[late["join_step"]])]
         assert len(gap) == 1 and gap[0]["start_s"] == pytest.approx(early["leave_s"])
-        assert gap[0]["end_s"] - gap[0]["start_s"] > 0.5  # the slot sat empty until the arrivals
+        assert gap[0]["end_s"] - gap[0]["start_s"] > 0.5  # the lane sat empty until the arrivals
 
 
 def test_the_queue_chart_follows_the_steps(queued):
@@ -103,7 +103,7 @@ def test_latency_distributions_count_every_finished_request(queued):
 
 
 def test_a_static_batch_is_not_a_queue(queued):
-    static = engine_trace(n=3, slots=3)
+    static = engine_trace(n=3, lanes=3)
     assert queuecharts.is_queued(queued) and not queuecharts.is_queued(static)
     assert not queuecharts.is_queued({**queued, "config": {**queued["config"], "requests": None}, "steps": static["steps"]})
 
@@ -135,7 +135,7 @@ def test_the_queue_controls_reach_the_run_and_the_race_and_its_charts_draw():
     assert reg["mode"] == "regular" and (reg["requests"], reg["arrival_rate"]) == (5, 50.0)  # the same queue
     assert not at.exception and not errors(at)
     drawn = charts_drawn(at)
-    assert "Slot timeline" in drawn["ragged_lengths"]["layout"]["title"]["text"]
+    assert "Lane timeline" in drawn["ragged_lengths"]["layout"]["title"]["text"]
     assert drawn["queue_length"]["data"] and drawn["latency_distributions"]["data"]
     assert any("requests finished" in c.value for c in at.caption)
 
@@ -149,4 +149,4 @@ def test_a_static_run_looks_as_before_and_too_few_requests_is_one_line():
     assert "queue_length" not in drawn and "latency_distributions" not in drawn
     at.number_input(key="requests").set_value(1)
     at.button(key="run").click().run()
-    assert errors(at) == ["1 requests cannot fill 2 slots: give --requests >= --batch-size, or --batch-size 1"]
+    assert errors(at) == ["1 requests cannot fill 2 lanes: give --requests >= --batch-size, or --batch-size 1"]

@@ -21,14 +21,14 @@ PAYLOAD = "<img src=x id=pwned onerror=alert(1)><b id=pwnedb>x</b>"
 
 @pytest.fixture(scope="module")
 def engine_trace() -> dict:
-    """A real tree run of a tiny pair through a queue (5 requests, 2 slots), with telemetry samples."""
+    """A real tree run of a tiny pair through a queue (5 requests, 2 lanes), with telemetry samples."""
     from specviz.engine.proposers import ModelDraft
     from specviz.engine.treestep import TreeShape
     from specviz.run import decoder_for_ids
 
     target = tiny_llama(V)
     dec = decoder_for_ids(target, ModelDraft(perturbed_copy(target, 0.3)), ragged_prompts(5, V, seed=3), 3, 8,
-                          slots=2, tree=TreeShape(3, 8))
+                          lanes=2, tree=TreeShape(3, 8))
     steps = [s.to_json() if hasattr(s, "to_json") else s for s in dec.steps()]
     seqs = [dict(sequence_record(r, target.tokenizer), prompt=f"prompt {r.index}") for r in dec.rows]
     cfg = {"target": "tiny", "draft": "tiny-draft", "batch_size": 2, "requests": 5, "draft_length": 3, "tree_width": 3,
@@ -144,7 +144,7 @@ def test_html_in_every_text_field_but_the_finish_reasons_passes_as_text_the_page
     ("sequences[0].prompt", lambda t: t["sequences"][0].update(prompt=5)),
     ("sequences[0].ttft_s", lambda t: t["sequences"][0].update(ttft_s=PAYLOAD)),
     ("steps[0].queue_length", lambda t: t["steps"][0].update(queue_length=PAYLOAD)),
-    ("steps[0].rows[0].slot", lambda t: t["steps"][0]["rows"][0].update(slot=PAYLOAD)),
+    ("steps[0].rows[0].lane", lambda t: t["steps"][0]["rows"][0].update(lane=PAYLOAD)),
     ("summary.tokens_per_s", lambda t: t["summary"].update(tokens_per_s=PAYLOAD)),
     ("summary.per_position_acceptance", lambda t: t["summary"].update(per_position_acceptance=[PAYLOAD])),
     ("telemetry[1].mem_bytes", lambda t: t["telemetry"][1].update(mem_bytes=PAYLOAD)),

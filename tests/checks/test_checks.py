@@ -89,10 +89,10 @@ PROMPTED = [
     (["--max-new-tokens", "100000"], "leaves no room for a prompt in the 8192-token context"),
     (["--batch-size", "2", "--prompt", LONG_PROMPT], "past the 8192-token context of SmolLM2-135M-Instruct"),
 ]
-# continuous batching (issue 17): run and bench serve --requests through --batch-size slots
+# continuous batching (issue 17): run and bench serve --requests through --batch-size lanes
 QUEUED = [
     (["--requests", "0"], "requests must be at least 1"),
-    (["--requests", "2", "--batch-size", "4"], "2 requests cannot fill 4 slots"),
+    (["--requests", "2", "--batch-size", "4"], "2 requests cannot fill 4 lanes"),
     (["--arrival-rate", "-1"], "arrival rate must be 0"),
     (["--arrival-rate", "nan"], "arrival rate must be 0"),
 ]
@@ -121,7 +121,7 @@ OWN = {
         (["--json", "--peer", "vllm", "--draft", "ngram", "--peer-draft", "ngram"], "drop one of them"),
         (["--peer", "llamacpp", "--peer-modes", "regular,beam"], "--peer-modes takes a comma-separated list"),
         (["--peer", "llamacpp", "--peer-weights", "int8"], "--peer-weights takes a comma-separated list"),
-        (["--peer", "llamacpp", "--batch-size", "4", "--peer-modes", "lookup"], "speculates at one slot only"),
+        (["--peer", "llamacpp", "--batch-size", "4", "--peer-modes", "lookup"], "speculates in one lane only"),
     ],
     "calibrate": [
         (["--batch-sizes", "0,2"], "--batch-sizes must be comma-separated integers from 1"),

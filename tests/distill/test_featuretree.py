@@ -75,8 +75,8 @@ def test_every_nodes_probability_is_the_drafts_own_over_true_and_predicted_featu
 
 
 @pytest.mark.parametrize("lean", ["1", "0"])
-@pytest.mark.parametrize("B,k,W,N,slots", [(2, 3, 2, 6, None), (4, 4, 3, 10, None), (5, 2, 4, 5, 3), (3, 1, 3, 3, None)])
-def test_feature_tree_decoding_equals_batch_one_greedy(leaning, monkeypatch, lean, B, k, W, N, slots):
+@pytest.mark.parametrize("B,k,W,N,lanes", [(2, 3, 2, 6, None), (4, 4, 3, 10, None), (5, 2, 4, 5, 3), (3, 1, 3, 3, None)])
+def test_feature_tree_decoding_equals_batch_one_greedy(leaning, monkeypatch, lean, B, k, W, N, lanes):
     monkeypatch.setenv("SPECVIZ_LEAN_FORWARD", lean)
     target, draft_model = leaning
     prompts = ragged_prompts(B, VOCAB, seed=B + k)
@@ -84,7 +84,7 @@ def test_feature_tree_decoding_equals_batch_one_greedy(leaning, monkeypatch, lea
         prompts[-1] = [7]  # a one-token prompt: no feature to draft from at first
     ref = reference_greedy(target, prompts, max_new=12)
     dec = decoder_for_ids(target, FeatureDraft(draft_model, vocab_size=VOCAB), prompts, k, 12, tree=TreeShape(W, N),
-                          slots=slots)
+                          lanes=lanes)
     steps = [s.to_json() for s in dec.steps()]
     assert [r.output for r in dec.rows] == ref
     assert sum(r["accepted"] for s in steps for r in s["rows"]) > 0  # the trees were used

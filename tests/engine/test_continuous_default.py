@@ -14,11 +14,11 @@ MAX_NEW = 6  # a few steps per request: joins still land while other rows are mi
 pytestmark = pytest.mark.slow  # the real model in fp32: ~5 min CPU for the module (bench/exactness.py --requests for more)
 
 
-@pytest.mark.parametrize("requests,slots,k", [(13, 3, 3), (29, 8, 2)])
+@pytest.mark.parametrize("requests,lanes,k", [(13, 3, 3), (29, 8, 2)])
 @pytest.mark.parametrize("draft", ["default", "ngram"])
-def test_refilled_requests_equal_batch_one_greedy(target, prompt_ids, references, requests, slots, k, draft):
+def test_refilled_requests_equal_batch_one_greedy(target, prompt_ids, references, requests, lanes, k, draft):
     proposer = make_proposer("default", target) if draft == "default" else NgramDraft()
-    checks = check_exactness(target, proposer, prompt_ids, slots, k, MAX_NEW, references, requests=requests)
+    checks = check_exactness(target, proposer, prompt_ids, lanes, k, MAX_NEW, references, requests=requests)
     assert len(checks) == requests
     for c in checks:  # a divergence is only acceptable at a near-tie of the reference's logits
         assert c.exact or c.margin < 1e-3, f"request {c.index} diverges at {c.first_divergence}, margin {c.margin}"

@@ -110,7 +110,7 @@ def test_the_host_lengths_mirror_equals_the_device_lengths_through_steps_leaves_
 
     prompts = ragged_prompts(7, V, seed=2)
     proposer = ModelDraft(perturbed_copy(target, 0.3))
-    dec = decoder_for_ids(target, proposer, prompts, 3, 12, slots=3, tree=tree and TreeShape(*tree))
+    dec = decoder_for_ids(target, proposer, prompts, 3, 12, lanes=3, tree=tree and TreeShape(*tree))
     known = 0
     for rec in dec.steps():
         for kv in (dec.kv, proposer.kv):

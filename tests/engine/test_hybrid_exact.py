@@ -16,11 +16,11 @@ pytestmark = pytest.mark.slow  # the real model in fp32
 
 
 def run_hybrid(target, prompt_ids, references, B, k, tree=None, requests=None, merge=False):
-    """Rows (prompts cycled) through B slots with a fresh default+suffix: (row checks, decoder, per-step choices)."""
+    """Rows (prompts cycled) through B lanes with a fresh default+suffix: (row checks, decoder, per-step choices)."""
     rows = [prompt_ids[i % len(prompt_ids)] for i in range(requests or B)]
     draft = make_proposer("default+suffix", target)
     draft.merge = merge
-    dec = decoder_for_ids(target, draft, rows, k, MAX_NEW, slots=B, tree=tree)
+    dec = decoder_for_ids(target, draft, rows, k, MAX_NEW, lanes=B, tree=tree)
     choices = [list(draft.use_suffix) for _ in dec.steps()]
     refs = [references[i % len(prompt_ids)] for i in range(len(rows))]
     return compare(target, rows, [r.output for r in dec.rows], refs), dec, choices

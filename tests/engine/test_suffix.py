@@ -110,7 +110,7 @@ def test_a_second_identical_request_accepts_more_from_the_global_structure():
     target = tiny_llama(seed=3)
     draft = SuffixDraft()
     prompt = [5, 17, 33, 2, 41, 9]
-    dec = decoder_for_ids(target, draft, [prompt, prompt], 4, 24, slots=1)  # one after the other
+    dec = decoder_for_ids(target, draft, [prompt, prompt], 4, 24, lanes=1)  # one after the other
     for _ in dec.steps():
         pass
     first, second = dec.rows

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.slow  # the real model in fp32
 
 
 def run_suffix(target, prompt_ids, references, B, k, tree=None, requests=None):
-    """Rows (prompts cycled) through B slots with a fresh suffix draft: (row checks, the decoder, the draft)."""
+    """Rows (prompts cycled) through B lanes with a fresh suffix draft: (row checks, the decoder, the draft)."""
     rows = [prompt_ids[i % len(prompt_ids)] for i in range(requests or B)]
     draft = SuffixDraft()
-    dec = decoder_for_ids(target, draft, rows, k, MAX_NEW, slots=B, tree=tree)
+    dec = decoder_for_ids(target, draft, rows, k, MAX_NEW, lanes=B, tree=tree)
     for _ in dec.steps():
         pass
     refs = [references[i % len(prompt_ids)] for i in range(len(rows))]

@@ -120,6 +120,6 @@ def test_requests_joining_a_tree_batch_stay_exact(target):
     prompts = ragged_prompts(7, V, seed=9)
     ref = reference_greedy(target, prompts, max_new=8)
     draft = ScriptedTree(prompts, ref, ["first", "second", "none", "wide"] * 2)
-    dec, steps = run(target, prompts, draft, 3, max_new=8, slots=3)
+    dec, steps = run(target, prompts, draft, 3, max_new=8, lanes=3)
     assert [r.output for r in dec.rows] == ref
     assert sum(len(s["joined"]) for s in steps) == 4

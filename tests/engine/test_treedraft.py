@@ -117,7 +117,7 @@ def test_each_tree_row_step_records_its_tree_and_accepted_path_in_a_version_3_tr
     trace = build_trace({"tree_width": 3, "tree_nodes": 7}, {}, seqs, steps, [], 1.0, 0.1)
     save_json(trace, tmp_path / "t.json")
     back = load_json(tmp_path / "t.json")
-    assert back["version"] == TRACE_VERSION == 4 and back["steps"][0]["rows"][0]["tree"] == steps[0]["rows"][0]["tree"]
+    assert back["version"] == TRACE_VERSION == 5 and back["steps"][0]["rows"][0]["tree"] == steps[0]["rows"][0]["tree"]
     assert len(to_tables(back)["rows"]) == sum(len(s["rows"]) for s in steps)
 
 

@@ -62,10 +62,10 @@ def test_the_distribution_sentence_names_the_token_furthest_from_n_p():
 # ---- a request queue -----------------------------------------------------------------------------------
 
 def queued_trace() -> dict:
-    """Two slots, three requests, 0.1 s steps: requests 0 and 1 hold slots 0 and 1 for steps 0-1 (0.0-0.2 s),
-    request 2 takes slot 0 for steps 2-3 (0.2-0.4 s) while slot 1 stands idle."""
-    def row(i, slot, out):
-        return {"index": i, "slot": slot, "active": True, "drafted": 1, "accepted": len(out) - 1, "emitted": out}
+    """Two lanes, three requests, 0.1 s steps: requests 0 and 1 hold lanes 0 and 1 for steps 0-1 (0.0-0.2 s),
+    request 2 takes lane 0 for steps 2-3 (0.2-0.4 s) while lane 1 stands idle."""
+    def row(i, lane, out):
+        return {"index": i, "lane": lane, "active": True, "drafted": 1, "accepted": len(out) - 1, "emitted": out}
 
     plan = [([row(0, 0, [1, 2]), row(1, 1, [3])], 2, 2), ([row(0, 0, [4]), row(1, 1, [5])], 1, 2),
             ([row(2, 0, [6])], 0, 1), ([row(2, 0, [7])], 0, 1)]
@@ -76,15 +76,15 @@ def queued_trace() -> dict:
     return {"config": {"batch_size": 2, "requests": 3}, "steps": steps, "sequences": seqs}
 
 
-def test_the_slot_timeline_sentence_gives_the_share_of_slot_time_idle():
-    # busy 0.2 + 0.2 + 0.2 s, idle 0.2 s (slot 1 after request 1): 25%
-    assert plain(qc.slot_timeline_sentence(queued_trace())).startswith(
-        "3 requests went through 2 slots; the slots stood idle 25% of the time")
+def test_the_lane_timeline_sentence_gives_the_share_of_lane_time_idle():
+    # busy 0.2 + 0.2 + 0.2 s, idle 0.2 s (lane 1 after request 1): 25%
+    assert plain(qc.lane_timeline_sentence(queued_trace())).startswith(
+        "3 requests went through 2 lanes; the lanes stood idle 25% of the time")
 
 
-def test_the_queue_sentence_gives_the_most_requests_waiting_and_the_busy_slots():
+def test_the_queue_sentence_gives_the_most_requests_waiting_and_the_busy_lanes():
     # waiting 2, 1, 0, 0 (most at step 0, t = 0.00 s); busy 2, 2, 1, 1: 1.5 on average
-    assert plain(qc.queue_sentence(queued_trace())) == ("At most 2 requests waited for a slot (at 0.00 s); 1.5 slots "
+    assert plain(qc.queue_sentence(queued_trace())) == ("At most 2 requests waited for a lane (at 0.00 s); 1.5 lanes "
                                                         "were busy per step on average.")
 
 

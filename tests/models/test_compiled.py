@@ -50,7 +50,7 @@ def test_compiled_layers_give_the_eager_logits_over_ragged_steps_rollback_and_co
 @pytest.mark.parametrize("shape", ["chain", "tree", "queue"])
 def test_greedy_with_the_compiled_forward_equals_plain_greedy_per_row(target, shape):
     draft = perturbed_copy(target, 0.3)
-    kw = {"chain": {}, "tree": {"tree": TreeShape(2, 6)}, "queue": {"slots": 3}}[shape]
+    kw = {"chain": {}, "tree": {"tree": TreeShape(2, 6)}, "queue": {"lanes": 3}}[shape]
     prompts = ragged_prompts(6 if shape == "queue" else 3, V, seed=5)
     plain, _ = _greedy(target, draft, prompts, ForwardOptions(), **kw)
     out, dec = _greedy(target, draft, prompts, COMPILED, **kw)

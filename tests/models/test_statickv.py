@@ -63,18 +63,18 @@ def test_logits_equal_the_dynamic_cache_over_ragged_steps_rollback_and_compactio
 
 
 @pytest.mark.parametrize("draft", ["model", "ngram"])
-@pytest.mark.parametrize("slots", [None, 3], ids=["static-batch", "queue-with-joins"])
-def test_greedy_outputs_equal_the_dynamic_cache_through_the_engine(target, monkeypatch, draft, slots):
-    prompts = ragged_prompts(7 if slots else 4, V, seed=3)
+@pytest.mark.parametrize("lanes", [None, 3], ids=["static-batch", "queue-with-joins"])
+def test_greedy_outputs_equal_the_dynamic_cache_through_the_engine(target, monkeypatch, draft, lanes):
+    prompts = ragged_prompts(7 if lanes else 4, V, seed=3)
     draft_model = perturbed_copy(target, 0.3)
     make = {"model": lambda: ModelDraft(draft_model), "ngram": NgramDraft}[draft]
     _static(monkeypatch, False)
-    ref, _ = _outputs(target, make, prompts, 3, slots=slots)
+    ref, _ = _outputs(target, make, prompts, 3, lanes=lanes)
     _static(monkeypatch, True)
-    out, dec = _outputs(target, make, prompts, 3, slots=slots)
+    out, dec = _outputs(target, make, prompts, 3, lanes=lanes)
     assert out == ref
     assert dec.kv.static and len(dec.kv.cache.runner) > 0
-    if slots:  # rows left and joined: select_rows and extend ran on the static buffers
+    if lanes:  # rows left and joined: select_rows and extend ran on the static buffers
         assert dec.kv.cache.rows == dec.kv.valid.shape[0]
 
 
@@ -97,9 +97,9 @@ def test_a_feature_draft_with_a_mapped_vocabulary_equals_the_dynamic_cache(targe
     prompts = ragged_prompts(3, V, seed=7)
     make = lambda: FeatureDraft(feature_draft(target, list(range(0, V, 2))), vocab_size=V)  # noqa: E731
     _static(monkeypatch, False)
-    ref, _ = _outputs(target, make, prompts, 3, 10, keep_hidden=True, slots=2)
+    ref, _ = _outputs(target, make, prompts, 3, 10, keep_hidden=True, lanes=2)
     _static(monkeypatch, True)
-    out, dec = _outputs(target, make, prompts, 3, 10, keep_hidden=True, slots=2)
+    out, dec = _outputs(target, make, prompts, 3, 10, keep_hidden=True, lanes=2)
     assert out == ref
     assert any(key[5] for key in dec.proposer.kv.cache.runner.keys())  # the draft ran on embeddings
 
@@ -112,9 +112,9 @@ def test_greedy_outputs_equal_on_the_packaged_model(monkeypatch):
     prompts = encode_prompts(loaded.tokenizer, ["What is the capital of France?", "Write a haiku about autumn leaves.",
                                                 "List the first ten even numbers, separated by commas."])
     _static(monkeypatch, False)
-    ref, _ = _outputs(loaded, lambda: make_proposer("default", loaded), prompts, 2, 8, slots=2)
+    ref, _ = _outputs(loaded, lambda: make_proposer("default", loaded), prompts, 2, 8, lanes=2)
     _static(monkeypatch, True)
-    out, dec = _outputs(loaded, lambda: make_proposer("default", loaded), prompts, 2, 8, slots=2)
+    out, dec = _outputs(loaded, lambda: make_proposer("default", loaded), prompts, 2, 8, lanes=2)
     assert out == ref and dec.kv.static
 
 
@@ -267,7 +267,7 @@ def test_greedy_outputs_with_graphs_equal_without_on_cuda(monkeypatch, dtype):
     runs = {}
     for graphs in (False, True):
         _static(monkeypatch, True, graphs=graphs)
-        runs[graphs] = _outputs(loaded, lambda: ModelDraft(draft), prompts, 3, 12, slots=3)
+        runs[graphs] = _outputs(loaded, lambda: ModelDraft(draft), prompts, 3, 12, lanes=3)
     assert runs[True][0] == runs[False][0]
     assert runs[True][1].kv.cache.runner.replays > 0
 

@@ -33,13 +33,13 @@ def cfg(**kw) -> RunConfig:
     return RunConfig(prompts=["a", "b"], **kw)
 
 
-def test_one_slot_runs_every_mode_by_default_and_several_slots_regular_only(env):
+def test_one_lane_runs_every_mode_by_default_and_several_lanes_regular_only(env):
     assert check_llamacpp(cfg(), None, "bf16", None) == (["regular", "lookup", "draft"], ["bf16"])
     assert check_llamacpp(cfg(batch_size=8), None, "bf16,q4_1", None) == (["regular"], ["bf16", "q4_1"])
 
 
-def test_speculation_at_several_slots_is_refused_with_the_reason(env):
-    with pytest.raises(SpecvizError, match="one slot only"):
+def test_speculation_in_several_lanes_is_refused_with_the_reason(env):
+    with pytest.raises(SpecvizError, match="one lane only"):
         check_llamacpp(cfg(batch_size=4), "regular,lookup", "bf16", None)
 
 
@@ -78,7 +78,7 @@ def test_a_worker_that_cannot_import_llama_cpp_is_a_one_line_error(env):
 
 def test_the_worker_request_carries_what_both_sides_share():
     req = run_request("lookup", "bf16", None, 3, 2, 1, [[1, 2], [3]], 96, 2)
-    assert req == {"op": "run", "mode": "lookup", "model": "bf16", "draft": None, "k": 3, "ngram": 2, "slots": 1,
+    assert req == {"op": "run", "mode": "lookup", "model": "bf16", "draft": None, "k": 3, "ngram": 2, "lanes": 1,
                    "prompts": [[1, 2], [3]], "max_tokens": 96, "eos": 2}
 
 
@@ -124,7 +124,7 @@ def result() -> LlamaCppResult:
 
 def test_the_table_gives_medians_spread_acceptance_and_first_differences():
     text = format_result(result())
-    assert "llama-cpp-python 0.3.36" in text and "2 requests through 1 slot(s)" in text and "2 threads" in text
+    assert "llama-cpp-python 0.3.36" in text and "2 requests through 1 lane(s)" in text and "2 threads" in text
     line = next(x for x in text.splitlines() if x.startswith("llama.cpp bf16 lookup k=2 "))
     assert "68.0" in line and "72.5" in line and "1.62x" in line and "1.50-1.75" in line and "0.400" in line
     assert "llama.cpp bf16 regular: greedy outputs differ from ours regular in 1/2 requests" in text

@@ -247,7 +247,7 @@ def test_bench_peer_vllm_runs_ours_and_the_server_on_the_same_requests_and_repor
     out = capsys.readouterr().out
     argv = fake.argv()
     assert spec_config(argv)["num_speculative_tokens"] == 2 and argv[argv.index("--max-num-seqs") + 1] == "2"
-    assert "vLLM 0.0-fake" in out and "2 requests through 2 slots" in out and "ours / vLLM tokens/s" in out
+    assert "vLLM 0.0-fake" in out and "2 requests through 2 lanes" in out and "ours / vLLM tokens/s" in out
     assert "greedy outputs differ in 2/2 requests (request: first differing position): 0: 0, 1: 0" in out, out
 
 
