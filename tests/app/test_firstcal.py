@@ -91,7 +91,8 @@ def test_a_first_run_without_a_calibration_ends_with_a_calibrated_prediction(scr
     assert snapshot(real / "calibration") == before  # nothing written to the user's cache
 
 
-def test_a_run_of_a_calibrated_pair_measures_nothing_and_says_nothing(scratch_cache):
+def test_a_run_of_a_calibrated_pair_measures_nothing_and_says_nothing(scratch_cache, monkeypatch):
+    monkeypatch.setattr(firstcal, "GRID", ([1], 1))  # the first run's calibration on one batch size: any record will do
     at = new_app()
     finish(at, start_live_run(at, batch=2, max_new=4))
     wait(at.session_state[firstcal.KEY]["job"])  # the first run's calibration
