@@ -33,10 +33,10 @@ class FinishedPage:
 
 
 @pytest.fixture(scope="module")
-def finished_live_page():
+def finished_live_page(app_server):
     """One short Live run in a real browser on the real server; the page as it stands after it."""
-    with browser.streamlit_server() as url, browser.chromium() as tools:
-        browser.open_live(tools, url)
+    with browser.chromium() as tools:
+        browser.open_live(tools, app_server.url)
         tools.set_slider("Batch size", 2, 1)  # a short run: the CPU may be shared
         tools.set_slider("Max new tokens", 12, 1)
         time.sleep(1.0)  # let the last slider value reach the server

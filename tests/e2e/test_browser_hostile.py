@@ -65,9 +65,9 @@ def cli_trace(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def live_page():
-    with browser.streamlit_server() as url, browser.chromium() as tools:
-        browser.open_live(tools, url)
+def live_page(app_server):
+    with browser.chromium() as tools:
+        browser.open_live(tools, app_server.url)
         yield tools
 
 

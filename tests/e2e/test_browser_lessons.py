@@ -27,10 +27,10 @@ def shows(tools, text: str) -> bool:
     return text in browser.page_text(tools)
 
 
-def test_the_lessons_page_walks_every_step_in_a_real_browser():
+def test_the_lessons_page_walks_every_step_in_a_real_browser(app_server):
     count = len(lessons.LESSONS)
-    with browser.streamlit_server() as url, browser.chromium() as tools:
-        tools.call("Page.navigate", url=url + "lessons")
+    with browser.chromium() as tools:
+        tools.call("Page.navigate", url=app_server.url + "lessons")
         for i, step in enumerate(lessons.LESSONS):
             browser.wait_for(lambda: browser.no_exception(tools) or shows(tools, f"Step {i + 1} of {count}"), 90,
                              f"step {i + 1}")

@@ -53,10 +53,10 @@ def shows(tools: browser.DevTools, text: str, timeout: float) -> None:
                      f"{text!r} on the page", interval=0.5)
 
 
-def test_after_every_page_a_run_a_sweep_and_a_check_the_server_has_no_torch_mapped():
-    with browser.streamlit_server() as url, browser.chromium() as tools:
-        server = browser.last_server_pid
-        browser.open_live(tools, url)
+def test_after_every_page_a_run_a_sweep_and_a_check_the_server_has_no_torch_mapped(app_server):
+    with browser.chromium() as tools:
+        server = app_server.pid
+        browser.open_live(tools, app_server.url)
         for label in PAGES:
             go_to(tools, label)
             browser.no_exception(tools)
