@@ -166,6 +166,7 @@ class LlamaCppResult:
     arms: dict[str, ArmRecord]
     ggufs: dict[str, str]  # weights -> file
     eos: int | None = None
+    extra_buffers: bool = True  # llama.cpp's weight repacking (off on an AMX CPU, where it crashes)
 
     def differences(self, arm: str) -> list[tuple[int, int]]:
         """(request, first differing position) of an arm's last-round outputs against our regular decoding's."""
@@ -185,6 +186,8 @@ def format_result(res: LlamaCppResult) -> str:
     lines = [f"llama.cpp (llama-cpp-python {res.version}) vs ours: target {c.target}, ours {res.dtype}, "
              f"{c.num_requests if c.batch_size > 1 else len(c.prompts)} requests through {c.batch_size} lane(s), "
              f"max_new_tokens={c.max_new_tokens}, greedy, {res.threads} threads, {res.rounds} interleaved rounds",
+             *([] if res.extra_buffers else ["llama.cpp's weight repacking (AMX) off: on this CPU it crashes the process; "
+                                             "4-bit weights run on its AVX-512 kernels, bf16 and f32 never repack"]),
              f"{'arm':<30}{'tokens/s':>10}{'decode tok/s':>14}{'vs ours regular':>17}{'spread':>12}{'acceptance rate':>17}"]
     for name, a in res.arms.items():
         acc = a.acceptance
@@ -204,7 +207,7 @@ def result_json(res: LlamaCppResult, busy: str | None = None) -> dict:
     c = res.cfg
     return {"peer": "llamacpp", "llama_cpp_python": res.version, "target": c.target, "dtype": res.dtype,
             "lanes": c.batch_size, "max_new_tokens": c.max_new_tokens, "draft": c.draft, "draft_length": c.draft_length,
-            "threads": res.threads, "rounds": res.rounds, "ggufs": res.ggufs,
+            "threads": res.threads, "rounds": res.rounds, "ggufs": res.ggufs, "extra_buffers": res.extra_buffers,
             "arms": {name: {"tokens_per_s": statistics.median(a.tok_s),
                             "decode_tokens_per_s": statistics.median(a.decode_tok_s),
                             "ratio_to_ours_regular": statistics.median(a.ratio),
@@ -281,7 +284,7 @@ def llamacpp_bench(cfg: RunConfig, rounds: int, modes: list[str], weights: list[
     _ours(records["ours regular"], res["ours regular"].traces)
     _ours(records[ours_spec], res[ours_spec].traces)
     return LlamaCppResult(cfg, len(res["ours regular"].tok_s), threads, info["version"], info["system"],
-                          str(target.dtype).removeprefix("torch."), records, ggufs, eos)
+                          str(target.dtype).removeprefix("torch."), records, ggufs, eos, info.get("extra_buffers", True))
 
 
 def run_llamacpp(a, cfg: RunConfig) -> int:

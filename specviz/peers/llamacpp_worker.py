@@ -5,7 +5,7 @@ environment has no torch. specviz.peers.llamacpp starts it once per bench and ta
 one request on stdin, one answer on stdout (llama.cpp's own logging goes to stderr):
 
     {"op": "load", "models": {NAME: GGUF path}, "threads": T, "n_ctx": N}
-        -> {"ok": true, "version": ..., "system": ...}
+        -> {"ok": true, "version": ..., "system": ..., "extra_buffers": bool (false on an AMX CPU)}
     {"op": "run", "mode": "regular"|"lookup"|"draft", "model": NAME, "draft": NAME|null, "k": K,
      "ngram": N, "lanes": B, "prompts": [[ids]], "max_tokens": M, "eos": ID|null}
         -> {"ok": true, "wall_s": s, "prefill_s": s, "drafted": n, "accepted": n,
@@ -22,6 +22,7 @@ decoding only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -170,6 +171,37 @@ class Lanes:
         return {"wall_s": time.perf_counter() - t0, "prefill_s": prefill, "requests": reqs}
 
 
+# ---- loading ------------------------------------------------------------------------------------
+
+def extra_buffers_safe(system_info: str) -> bool:
+    """Whether to let llama.cpp repack weights into its extra buffer types. Not on a CPU with AMX: there
+    it repacks quantized weights (the packaged Q4_1) for its AMX matmul, which crashes the process
+    (SIGSEGV in the first decode, ggml_backend_amx_mul_mat; llama.cpp issue 20824, on this Sapphire
+    Rapids VM too). Without them those weights run on llama.cpp's AVX-512 CPU kernels. bf16 and f32
+    weights never use an extra buffer, so their rows are the same either way."""
+    return "AMX_INT8 = 1" not in system_info
+
+
+@contextlib.contextmanager
+def extra_buffer_types(allowed: bool):
+    """Llama() takes no use_extra_bufts argument, so the model parameters it starts from are changed
+    while it loads (and restored after)."""
+    from llama_cpp import llama_cpp as api  # the ctypes module Llama() calls
+
+    original = api.llama_model_default_params
+
+    def params():
+        p = original()
+        p.use_extra_bufts = allowed
+        return p
+
+    api.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        api.llama_model_default_params = original
+
+
 # ---- the loop ----------------------------------------------------------------------------------
 
 def accepted_tokens(proposals: list[tuple[int, list[int]]], seq: list[int]) -> int:
@@ -194,16 +226,19 @@ class Worker:
         import llama_cpp
 
         self.threads, self.n_ctx = req.get("threads", 2), req.get("n_ctx", 2048)
+        system = llama_cpp.llama_print_system_info().decode()
+        self.extra_buffers = extra_buffers_safe(system)
         self.paths = req["models"]
         for name, path in self.paths.items():
             self.models[name] = self._llama(path)
-        return {"version": llama_cpp.__version__, "system": llama_cpp.llama_print_system_info().decode()}
+        return {"version": llama_cpp.__version__, "system": system, "extra_buffers": self.extra_buffers}
 
     def _llama(self, path: str, **kw):
         from llama_cpp import Llama
 
-        return Llama(model_path=path, n_ctx=self.n_ctx, n_batch=self.n_ctx, n_threads=self.threads,
-                     n_threads_batch=self.threads, verbose=False, **kw)
+        with extra_buffer_types(self.extra_buffers):
+            return Llama(model_path=path, n_ctx=self.n_ctx, n_batch=self.n_ctx, n_threads=self.threads,
+                         n_threads_batch=self.threads, verbose=False, **kw)
 
     def _spec_llama(self, name: str):
         """The target again, made with a draft model: the binding decides at construction to keep every

@@ -16,7 +16,7 @@ from specviz.models.loading import DEFAULT_NAME
 from specviz.peers import ggufs
 from specviz.peers.llamacpp import (ArmRecord, LlamaCppPeer, LlamaCppResult, arm_name, check_llamacpp, format_result,
                                     rates, result_json, run_request)
-from specviz.peers.llamacpp_worker import accepted_tokens
+from specviz.peers.llamacpp_worker import accepted_tokens, extra_buffers_safe
 from specviz.runconfig import RunConfig
 
 
@@ -93,6 +93,12 @@ def test_acceptance_is_the_longest_matching_prefix_of_each_proposal():
     assert accepted_tokens(proposals, seq) == 3
 
 
+def test_llama_cpps_weight_repacking_is_off_on_a_cpu_with_amx():
+    amx = "CPU : SSE3 = 1 | AVX512 = 1 | AVX512_BF16 = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 | "
+    assert not extra_buffers_safe(amx)
+    assert extra_buffers_safe(amx.replace("AMX_INT8 = 1 | ", ""))
+
+
 def test_the_converter_runs_in_our_interpreter_with_its_own_gguf_first(env):
     (env / "convert").mkdir()
     (env / "convert" / "convert_hf_to_gguf.py").write_text("")
@@ -130,6 +136,13 @@ def test_the_table_gives_medians_spread_acceptance_and_first_differences():
     assert "llama.cpp bf16 regular: greedy outputs differ from ours regular in 1/2 requests" in text
     assert "(request: first differing position): 1: 1" in text  # an eos at the end is not a difference
     assert "llama.cpp bf16 lookup k=2: greedy outputs identical to ours regular in all 2 requests" in text
+    assert "repacking" not in text
+
+
+def test_the_table_and_json_say_when_llama_cpps_repacking_was_off():
+    res = dataclasses.replace(result(), extra_buffers=False)
+    assert "llama.cpp's weight repacking (AMX) off" in format_result(res).splitlines()[1]
+    assert result_json(res)["extra_buffers"] is False and result_json(result())["extra_buffers"] is True
 
 
 def test_json_has_every_arms_rounds_and_differences():

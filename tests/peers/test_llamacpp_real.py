@@ -53,3 +53,18 @@ def test_llama_cpp_decodes_our_bf16_weights_greedily_as_we_do():
         margin = float(top[0] - top[1])
         print(f"first difference at token {j}: ours {mine[j]}, llama.cpp {theirs[j]}, our margin {margin:.3f}")
         assert j >= 1 and margin < TIE, (j, margin)
+
+
+def test_every_mode_runs_with_the_packaged_4_bit_file_as_target_and_draft():
+    """The packaged Q4_1 crashed llama.cpp's process on an AMX CPU (its AMX repack); the worker turns
+    the repack off there, so regular, lookup, draft and several lanes all answer."""
+    from specviz.models.loading import default_gguf_path
+    from specviz.peers.llamacpp import LlamaCppPeer, run_request
+
+    prompt = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365]
+    with LlamaCppPeer() as peer:
+        info = peer.ask({"op": "load", "models": {"q4_1": str(default_gguf_path())}, "threads": 2, "n_ctx": 128})
+        assert info["extra_buffers"] == ("AMX_INT8 = 1" not in info["system"])
+        for mode, lanes in (("regular", 1), ("lookup", 1), ("draft", 1), ("regular", 3)):
+            ans = peer.ask(run_request(mode, "q4_1", "q4_1", 2, 2, lanes, [prompt] * lanes, 4, None))
+            assert [len(r["output_ids"]) for r in ans["requests"]] == [4] * lanes, mode
