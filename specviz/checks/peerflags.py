@@ -8,6 +8,8 @@ PEER_CHECKED = {
     "peer_draft": "draft SPEC (with --peer llamacpp: q4_1 or a .gguf file, check_llamacpp)",
     "peer_modes": "--peer llamacpp: regular, lookup, draft; lookup and draft at B = 1 (peers.llamacpp.check_llamacpp)",
     "peer_weights": "--peer llamacpp: bf16, f32, q4_1; q4_1 with --target default only (check_llamacpp)",
+    "speculative_config": "vllm serve: one JSON object naming a method or model, not with --draft "
+                          "(peers.server.parse_speculative_config)",
 }
 PEER_NO_CHECK = {
     "peer": "choices=; vllm's draft and temperature: peers.bench.check_peer, before any load; llamacpp's: here",

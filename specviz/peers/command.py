@@ -2,6 +2,7 @@
 signal handling).
 
     python -m specviz vllm serve --target default [--draft ngram|SPEC] --draft-length K [--port P]
+    python -m specviz vllm serve --speculative-config '{"method": "ngram", "num_speculative_tokens": 3, ...}'
     python -m specviz bench --peer vllm --draft ngram|none --draft-length K --batch-size B [--requests N]
     python -m specviz bench --peer vllm --draft default --peer-draft none|ngram ...   (our pair vs vLLM's best)
 
@@ -27,6 +28,9 @@ def add_vllm_args(p) -> None:
                    help="none (regular decoding), ngram[:N] (vLLM's prompt lookup, N = longest n-gram, default 3), "
                         "or a full-vocabulary model SPEC; specviz's distilled drafts are refused")
     g.add_argument("--draft-length", type=int, default=4, metavar="K", help="vLLM's num_speculative_tokens")
+    g.add_argument("--speculative-config", metavar="JSON",
+                   help="vLLM's own speculative config, passed as given (e.g. what `specviz tune` prints for vLLM), "
+                        "instead of --draft and --draft-length")
     g.add_argument("--dtype", default="bfloat16", choices=["auto", "float32", "bfloat16", "float16"],
                    help="the server's --dtype")
     g = p.add_argument_group("server")
@@ -45,7 +49,8 @@ def add_vllm_args(p) -> None:
 def config_of(a) -> ServeConfig:
     return ServeConfig(target=a.target, draft=a.draft, draft_length=a.draft_length, port=a.port, dtype=a.dtype,
                        max_model_len=a.max_model_len, max_num_seqs=a.max_num_seqs,
-                       startup_timeout_s=a.startup_timeout, compile=not a.no_compile)
+                       startup_timeout_s=a.startup_timeout, compile=not a.no_compile,
+                       speculative_config=a.speculative_config)
 
 
 def run_vllm(a, cfg=None) -> int:

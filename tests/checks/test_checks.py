@@ -197,6 +197,7 @@ OWN = {
         (["--draft", "default"], "vLLM cannot serve specviz's distilled draft"),
         (["--draft", "ngram:x"], "ngram:N wants N from 1 to 64"),
         (["--draft", "ngram", "--draft-length", "0"], "--draft ngram needs --draft-length 1 or more"),
+        (["--speculative-config", "ngram"], "--speculative-config is not JSON"),
         (["--draft-length", "-1"], "draft length must be 0 or more"),
         (["--port", "70000"], "port must be at most 65535"),
         (["--port", "-1"], "port must be 0 or more"),

@@ -26,40 +26,7 @@ from specviz.peers import server as srv
 import locations
 
 ROOT = locations.ROOT
-FAKE = locations.TESTS / "fakevllm.py"
 DISTILLED = ROOT / "specviz" / "assets" / "draft-SmolLM2-135M-Instruct"
-
-
-@pytest.fixture
-def model_dir(tmp_path):
-    """A Hugging Face-layout folder (config.json only): enough for the command line, the fake loads nothing."""
-    d = tmp_path / "model"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 4096}))
-    return d
-
-
-@pytest.fixture
-def fake(tmp_path, monkeypatch):
-    """SPECVIZ_VLLM_PYTHON -> a script that runs tests/fakevllm.py; returns (set mode, read its record)."""
-    exe = tmp_path / "python"
-    exe.write_text(f"#!/bin/sh\nshift 2\nexec {sys.executable} {FAKE} \"$@\"\n")  # drops "-m vllm.entrypoints..."
-    exe.chmod(0o755)
-    record = tmp_path / "record.json"
-    monkeypatch.setenv("SPECVIZ_VLLM_PYTHON", str(exe))
-    monkeypatch.setenv("FAKE_VLLM_RECORD", str(record))
-
-    class Fake:
-        def mode(self, m):
-            monkeypatch.setenv("FAKE_VLLM_MODE", m)
-
-        def argv(self):
-            return json.loads(record.read_text())["argv"]
-
-        def child_pid(self):
-            return int(Path(str(record) + ".child").read_text())
-
-    return Fake()
 
 
 def alive(pid: int) -> bool:
@@ -119,6 +86,35 @@ def test_serve_refusals_are_one_line_before_anything_starts(model_dir, fake, cap
     assert main(["vllm", "serve", "--target", str(model_dir), "--max-model-len", "5000"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "distilled draft" in err[0] and "past the 4096-token context" in err[1], err
+
+
+def test_a_speculative_config_given_as_json_reaches_vllm_as_given():
+    given = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
+             "num_speculative_tokens_per_batch_size": [[1, 4, 2], [5, 8, 1]]}
+    cfg = srv.ServeConfig(draft="ngram", draft_length=5, speculative_config=json.dumps(given))
+    assert spec_config(srv.build_argv(cfg, "py", "/m", 1)) == given
+
+
+@pytest.mark.parametrize("given, says", [
+    ("{method: ngram}", "is not JSON"),
+    ("[1, 2]", "must be a JSON object, not list"),
+    ('{"num_speculative_tokens": 3}', "names neither a method nor a model"),
+    ('{"method": "ngram", "num_speculative_tokens": 0}', "whole number of 1 or more, not 0"),
+])
+def test_a_bad_speculative_config_is_refused_in_one_line_before_anything_starts(model_dir, fake, capsys, given, says):
+    from specviz.cli import main
+
+    assert main(["vllm", "serve", "--target", str(model_dir), "--port", "0", "--speculative-config", given]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
+def test_draft_and_speculative_config_together_are_refused(model_dir, fake, capsys):
+    from specviz.cli import main
+
+    assert main(["vllm", "serve", "--target", str(model_dir), "--draft", "ngram", "--speculative-config",
+                 '{"method": "ngram", "num_speculative_tokens": 3}']) == 2
+    assert "not both" in capsys.readouterr().err
 
 
 # ---- starting and stopping -------------------------------------------------------------------------------
