@@ -45,8 +45,8 @@ COMMANDS = {
     "vllm": 'bench/vllm_peer.py --modes "default/1>none,ngram" --slots 1,8:32 --rounds 3 --num-prompts 4 --max-new-tokens 32',
     "vllm-pair": 'bench/vllm_peer.py --modes "default/1>none,default/2>none" --slots 1,8 --rounds 3 --num-prompts 4 '
                  "--max-new-tokens 32",
-    "llamacpp-b1": "specviz bench --peer llamacpp --prompts bench/results/llamacpp-peer-2026-12-05/prompts.jsonl "
-                   "--max-new-tokens 32 --repeats 2 --dtype bfloat16 --batch-size 1 --peer-weights bf16,q4_1 "
+    "llamacpp-b1": "specviz bench --peer llamacpp --prompts bench/results/llamacpp-peer-2026-12-06/prompts.jsonl "
+                   "--max-new-tokens 96 --repeats 2 --dtype bfloat16 --batch-size 1 --peer-weights bf16,q4_1 "
                    "--peer-modes regular,lookup,draft --json",
     "suffix": "bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96",
     "trees": f"bench/trees.py --prompts {FREEFORM} --batch-size 1 --rounds 3 --drafts token:{TOKEN},old:OLD,wide:{FEATURE} "
@@ -168,8 +168,7 @@ def llama_cpp() -> list[str]:
     """`bench --peer llamacpp --json`: every arm against our regular decoding in the same rounds."""
     out = ["| arm | tokens/s | decode tokens/s | vs ours regular (median) | spread | acceptance | rounds | commit | "
            "machine | command |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, log, command, machine in (("llamacpp-peer-2026-12-05", "b1-bf16.json", "llamacpp-b1",
-                                           "2-core AMD EPYC, shared: other sessions' tests ran"),):
+    for folder, log, command, machine in (("llamacpp-peer-2026-12-06", "b1.json", "llamacpp-b1", EPYC),):
         j = json.loads((RESULTS / folder / log).read_text())
         commit = (RESULTS / folder / "commit.txt").read_text().strip()
         for name, a in j["arms"].items():
@@ -248,7 +247,8 @@ def section() -> str:
              "### Against llama.cpp", "",
              "llama-cpp-python 0.3.36 (`bash setup.sh --llamacpp`) on GGUFs of the same weights: `bf16` the same bits "
              "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one lane, "
-             "8 free-form prompts, greedy, 2 threads each side, ours in bf16 with the default pair (`ours default k=2`); "
+             "8 free-form prompts, 96 new tokens, greedy, 2 threads each side, ours in bf16 with the default pair "
+             "(`ours default k=2`); "
              "llama.cpp's `draft` drafts with the packaged target at 4 bits (it cannot read our distilled draft):", "",
              *llama_cpp(), "",
              "### Suffix decoding and the hybrid, on predictable workloads and on chat", "",
