@@ -105,6 +105,35 @@ def vllm_round(url: str, model: str, prompts: list[list[int]], max_tokens: int, 
     return wall, done
 
 
+class Load:
+    """``with Load(url, model, prompts, max_tokens, concurrency) as load:`` client threads send every
+    request to a vLLM server again and again (:func:`vllm_round`) until the block ends: traffic for a
+    /metrics window (``specviz tune --metrics-url``). ``load.rounds`` counts the finished rounds;
+    ``load.errors`` holds the error that stopped it, if one did."""
+
+    def __init__(self, url: str, model: str, ids: list[list[int]], max_tokens: int, concurrency: int):
+        self.args = (url, model, ids, max_tokens, concurrency)
+        self.stop, self.rounds, self.errors = threading.Event(), 0, []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self.stop.is_set():
+            try:
+                vllm_round(*self.args)
+                self.rounds += 1
+            except Exception as e:  # the caller reads load.errors
+                self.errors.append(e)
+                return
+
+    def __enter__(self) -> "Load":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def settle(idle_pct: float = 15.0, quiet_s: float = 0.5, max_s: float = 5.0, sample_s: float = 0.1) -> float:
     """Wait until the whole machine has been idle (CPU below ``idle_pct``) for ``quiet_s``, at most
     ``max_s``; returns the seconds waited. Between arms: vLLM's engine and worker processes spin on
