@@ -52,8 +52,7 @@ DISTILL_EXAMPLES = ["specviz distill --target default --out my-draft --samples 2
                     "--text /usr/share/doc/python3-doc --time-budget-min 60"]
 TUNE_EXAMPLES = ["specviz tune --trace trace.json --engine vllm --vllm-version 0.32.0 --batch-sizes 1,4,16",
                  "specviz tune --metrics-url http://127.0.0.1:8000 --window 60 --calibration cal.json --draft ngram"]
-VLLM_EXAMPLES = ["specviz vllm serve --target default --draft ngram --draft-length 4",
-                 "specviz vllm serve --target default --port 0 --no-compile",
+VLLM_EXAMPLES = ["specviz vllm serve --target default --draft ngram --draft-length 4 --port 0 --no-compile",
                  """specviz vllm serve --speculative-config '{"method": "ngram", "num_speculative_tokens": 2, """
                  """"prompt_lookup_max": 3, "prompt_lookup_min": 1}'"""]
 TOP_EPILOG = f"""exit status:
