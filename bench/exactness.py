@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from specviz.measure.correctness import check_exactness, greedy_outputs  # noqa: E402
 from specviz.engine.proposers import ModelDraft  # noqa: E402
-from specviz.engine.treestep import TreeShape  # noqa: E402
+from specviz.engine.step import TreeShape  # noqa: E402
 from specviz.run import encode_prompts, get_model, make_proposer  # noqa: E402
 
 PROMPTS = [

@@ -208,7 +208,7 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
             flag = "--policy tree" if shapes else f"--tree-width {cfg.tree_width}"
             raise SpecvizError(f"{flag} needs a draft that grows trees (a model draft or ngram); "
                                f"{proposer.name} drafts chains only: use " + ("another --policy" if shapes else "--tree-width 1"))
-        from specviz.engine.treestep import TreeShape
+        from specviz.engine.step import TreeShape
 
         tree = TreeShape(cfg.tree_width, cfg.tree_nodes)
     return decoder_for_ids(target, proposer, ids, k, cfg.max_new_tokens,
@@ -222,15 +222,17 @@ def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_n
                     params: SamplingParams | None = None, seed: int = 0, prompts: list[str] | None = None,
                     policy=None, accept_fn=None, keep_hidden: bool = False, lanes: int | None = None,
                     arrivals: list[float] | None = None, refill: bool = True, tree=None,
-                    options: ForwardOptions | None = None, synthetic: float | None = None) -> SpecDecoder:
+                    options: ForwardOptions | None = None, synthetic: float | None = None,
+                    walk_lines: bool = False) -> SpecDecoder:
     """The one place a SpecDecoder is built: over already-encoded prompts (measurements, data
     generation, exactness checks), with a fixed draft length k unless a policy is given; regular
     decoding when there is no proposer or k = 0. ``lanes`` concurrent rows serve the prompts as
     a request queue (None: one row per prompt, a static batch); ``refill=False`` runs them as
     consecutive static batches; ``arrivals`` are seconds after the start (None: all at 0); ``tree``
-    (engine.treestep.TreeShape) makes every row draft a token tree; ``options`` say how the target's
+    (engine.step.TreeShape) makes every row draft a token tree; ``options`` say how the target's
     forwards run (None: the environment's defaults); ``synthetic`` (an alpha) replaces the acceptance
-    rule by a seeded Bernoulli(alpha) per drafted position: the output is then not the target's text."""
+    rule by a seeded Bernoulli(alpha) per drafted position: the output is then not the target's text;
+    ``walk_lines`` sends chains through the tree's verify and walk, not their fast forms (engine.step)."""
     if policy is None:
         k = k if proposer is not None else 0
         proposer = proposer if k else None
@@ -239,7 +241,7 @@ def decoder_for_ids(target, proposer, prompt_ids: list[list[int]], k: int, max_n
     return SpecDecoder(target, proposer, policy, prompts if prompts is not None else [""] * len(prompt_ids),
                        prompt_ids, params or SamplingParams(), max_new_tokens, seed, keep_hidden=keep_hidden,
                        lanes=lanes, arrivals=arrivals, refill=refill, tree=tree, options=options,
-                       synthetic=synthetic if proposer is not None else None, **kwargs)
+                       synthetic=synthetic if proposer is not None else None, walk_lines=walk_lines, **kwargs)
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ from fakes import Fixed, SpecDecoder, ScriptedDraft, perturbed_copy, ragged_prom
 from specviz.analysis.trace import TraceBuilder, load_json
 from specviz.engine.proposers import ModelDraft
 from specviz.engine.sampling import SamplingParams
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.records import RowStep, Step, TreeNodes
 from specviz.run import decoder_for_ids
 

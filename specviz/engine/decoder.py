@@ -1,7 +1,7 @@
 """The batched speculative decoding loop over ragged rows: draft -> verify -> accept -> step.
 
-One step, for every active row b at once (``_phases``, one body for chains and token trees; the
-step's kind, specviz.engine.chainstep.ChainStep or treestep.TreeStep, supplies the four parts):
+One step, for every active row b at once (``_phases``, one body for chains and token trees: a chain
+is the width-1 tree; specviz.engine.step.StepParts supplies the four parts):
   draft   the proposer proposes n_b <= k tokens (k from the draft-length policy), a line or a tree
   verify  ONE batched target forward over every row's [last token, proposals]
   accept  the acceptance rule (specviz.engine.sampling, engine.tree) -> a_b accepted + 1
@@ -36,8 +36,7 @@ from specviz.engine.kernels import get_accept_fn
 from specviz.engine.ragged import RaggedCache, left_pad
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.transfer import host_tensor
-from specviz.engine.chainstep import ChainStep
-from specviz.engine.treestep import TreeStep, default_accept_tree_fn
+from specviz.engine.step import StepParts, default_accept_tree_fn
 from specviz.models.forwardoptions import ForwardOptions
 from specviz.records import RowStep, Step, TreeNodes
 
@@ -112,9 +111,10 @@ class SpecDecoder:
         lanes: int | None = None,
         arrivals: list[float] | None = None,
         refill: bool = True,
-        tree=None,  # a treestep.TreeShape: every row drafts a token tree (None = chains)
+        tree=None,  # a step.TreeShape: every row drafts a token tree (None = chains)
         options: ForwardOptions | None = None,  # how the target's cache runs its forwards (None: the environment's)
         synthetic: float | None = None,  # accept each drafted position with this probability (chains only): not the target's text
+        walk_lines: bool = False,  # chains through the tree's verify and walk, not their fast forms (step.StepParts)
     ):
         self.target = target
         self.proposer = proposer
@@ -127,10 +127,8 @@ class SpecDecoder:
         self.accept_tree_fn = default_accept_tree_fn(self.device)  # the tree walk (kernels/tree_verify.py on CUDA)
         self.compact_threshold = compact_threshold
         self.tree = tree
-        # the step's kind: every row drafts a token tree, or a line of tokens (regular decoding: k = 0)
-        if synthetic is not None and tree is not None:
-            raise ValueError("synthetic acceptance draws one decision per position of a chain: token trees have none")
-        self.kind = TreeStep(tree) if tree is not None and proposer is not None else ChainStep(synthetic)
+        # the step's parts: every row drafts a token tree, or a line of tokens (regular decoding: k = 0)
+        self.kind = StepParts(tree, synthetic, walk_lines)
         self.options = options
         # A feature draft (drafts.FeatureDraft) reads the target's final hidden states: the
         # prefill's go to proposer.start, each verify's to proposer.commit. keep_hidden keeps them
@@ -264,7 +262,7 @@ class SpecDecoder:
                     tree_width=shape[0], tree_nodes=shape[1])
 
     def _phases(self, step: int, k: int, lap) -> tuple[int, list[RowStep], bool, list[RowState], tuple]:
-        """The one step body, chains and trees alike (the kind's parts: specviz.engine.chainstep), lap()
+        """The one step body, chains and trees alike (the parts: specviz.engine.step), lap()
         after each phase; (verify width, row records, compacted, rows that left, the tree shape drafted)."""
         drafted = self.kind.draft(self, k)
         lap()

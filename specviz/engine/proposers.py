@@ -35,13 +35,14 @@ class Proposal:
     tokens: torch.Tensor  # [B, k] draft ids, -1 past num_drafted
     num_drafted: torch.Tensor  # [B] n_b <= k
     probs: torch.Tensor | None  # [B, k, V] processed q, or None for one-hot proposals / greedy
-    widest: int | None = None  # max n_b when known on the host (saves the engine a device read), else None
+    widest: int | None = None  # max n_b when known on the host (saves the engine a device read), else None;
+    # with counts None, a widest means every row drafted widest
     counts: list[int] | None = None  # every n_b when known on the host and ragged (the verify skips holes), else None
 
 
 @runtime_checkable
 class Proposer(Protocol):
-    """What the engine calls on a draft (specviz.engine.chainstep, treestep and decoder), the same for every
+    """What the engine calls on a draft (specviz.engine.step and decoder), the same for every
     kind: the engine passes ``features`` to every draft, None unless the draft ``wants_features``."""
 
     kind: ClassVar[str]  # "model", "feature", "ngram", "suffix", "hybrid"

@@ -19,7 +19,11 @@ distribution at that node):
   an accepted child becomes the current node (r = p at it); a current node with no children
   (a full accepted path) gives the **bonus** token from p.
 P(output = c_j) = p(c_j) for each child and the recovered token takes the rest, so the output is
-distributed as p. Greedy (temperature 0): follow the child equal to argmax p; the first miss
+distributed as p. A child *drawn* from the draft's q (``draft_probs``: a sampled chain, or siblings
+drawn independently from one q) is accepted with probability min(1, r(c_j) / (sum(r) q(c_j))) and a
+rejection leaves r = max(0, r / sum(r) - q); a chosen child is the point mass q = 1 at c_j, where
+this is the rule above. A chain is the width-1 tree: node i's parent is node i - 1, and the walk
+then gives what the chain rule (sampling.accept_reference) gives, draw for draw. Greedy (temperature 0): follow the child equal to argmax p; the first miss
 emits the argmax as the recovered token; a full path emits the argmax as the bonus.
 
 Uniforms are per row: ``uniforms[b, i]`` decides node i (each node is tested at most once) and
@@ -80,7 +84,7 @@ class TokenTree:
         return [round(float(v), 6) for v in values] if name == "prob" else [int(v) for v in values]
 
     def row(self, b: int) -> dict[str, list]:
-        """Row b's nodes as lists, one per field (treestep.read_step makes every row's in one copy)."""
+        """Row b's nodes as lists, one per field (step.read_step makes every row's in one copy)."""
         s, e = int(self.cu_nodes[b]), int(self.cu_nodes[b + 1])
         return {name: self.node_values(name, x[s:e].tolist()) for name, x in self.fields()}
 
@@ -104,6 +108,25 @@ class TokenTree:
         return TokenTree(as_long(tokens), as_long(parents), as_long(depth), as_long(cu),
                          flat(probs), flat(rank).long() if rank is not None else None,
                          host_sizes=[len(nodes) for nodes in rows])
+
+    @staticmethod
+    def line(tokens: torch.Tensor, num_drafted: torch.Tensor, sizes: list[int] | None = None) -> "TokenTree":
+        """Width-1 trees from a line of proposals per row (a chain): node i's parent is node i - 1.
+        tokens [B, w] (past a row's n_b: anything), num_drafted [B] n_b; ``sizes`` every n_b on the host
+        when known (then nothing is read from the device; else the flat layout is a masked select)."""
+        B, w = tokens.shape
+        dev = tokens.device
+        col = torch.arange(w, device=dev).expand(B, w)  # [B, w]
+        real = col < num_drafted.unsqueeze(1)  # [B, w]
+        padded = (tokens.clamp(min=0).masked_fill(~real, 0), (col - 1).masked_fill(~real, -2),  # [B, w] each
+                  (col + 1).masked_fill(~real, 0), real)
+        if sizes is not None:
+            at = host_tensor([b * w + i for b, n in enumerate(sizes) for i in range(n)], dev)  # [num_nodes]
+            flat = [x.reshape(-1)[at] for x in padded[:3]]
+        else:
+            flat = [x[real] for x in padded[:3]]
+        cu = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), num_drafted.long().cumsum(0)])  # [B + 1]
+        return TokenTree(*flat, cu, host_sizes=None if sizes is None else list(sizes), _padded=padded)
 
     def padded(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-row padded views over N = max N_b node columns (made once per tree):
@@ -168,6 +191,7 @@ def accept_tree(
     tree: TokenTree,
     uniforms: torch.Tensor,  # [B, N + 1] in [0, 1): node i's test at [b, i], the final draw at [b, N_b]
     params: SamplingParams,
+    draft_probs: torch.Tensor | None = None,  # [B, N, V] the q node i was sampled from; None: chosen (point mass)
     *,
     renormalise: bool = True,  # False only for the distribution test's deliberately wrong rule
 ) -> TreeVerdict:
@@ -194,9 +218,15 @@ def accept_tree(
         else:
             r_x = r.gather(1, x.unsqueeze(1)).squeeze(1)  # [B]
             mass = r.sum(-1) if renormalise else torch.ones_like(r_x)  # [B]
-            ok = cand & (uniforms[:, i] * mass < r_x)  # u < r(x) / sum(r)
+            if draft_probs is None:  # a chosen child: u < r(x) / sum(r); a rejection zeroes r(x)
+                ok = cand & (uniforms[:, i] * mass < r_x)
+                residual = r.scatter(1, x.unsqueeze(1), 0.0)  # [B, V]
+            else:  # a child drawn from q: u < r(x) / (sum(r) q(x)); a rejection leaves max(0, r / sum(r) - q)
+                q = draft_probs[:, i].float()  # [B, V]
+                ok = cand & (uniforms[:, i] * mass * q.gather(1, x.unsqueeze(1)).squeeze(1) < r_x)
+                residual = (r / mass.clamp(min=1e-30).unsqueeze(1) - q).clamp(min=0.0)  # [B, V]
             rejected = cand & ~ok
-            r = torch.where(rejected.unsqueeze(1), r.scatter(1, x.unsqueeze(1), 0.0), r)  # zero r(c_j)
+            r = torch.where(rejected.unsqueeze(1), residual, r)
             r = torch.where(ok.unsqueeze(1), p[:, i + 1], r)  # an accepted child: r = p at it
         accepted[:, i] = ok
         cur = torch.where(ok, i + 1, cur)

@@ -68,7 +68,7 @@ def step_seconds(b: int, k: int, W: int, N: int, costs: analytic.Costs) -> float
 @dataclasses.dataclass
 class TreeShapes:
     """Each step the (k, W, N) with the highest predicted throughput; ``next_k`` returns k and leaves
-    (W, N) in ``shape`` for the tree step (specviz.engine.treestep reads it)."""
+    (W, N) in ``shape`` for the tree step (specviz.engine.step reads it)."""
 
     costs: analytic.Costs
     k_max: int = 6

@@ -36,7 +36,7 @@ class RowCheck:
 def greedy_outputs(target, proposer, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
                    lanes: int | None = None, tree=None) -> list[list[int]]:
     """Greedy outputs of every prompt run together (``lanes`` rows serving them as a request queue;
-    ``tree`` an engine.treestep.TreeShape: token trees)."""
+    ``tree`` an engine.step.TreeShape: token trees)."""
     dec = decoder_for_ids(target, proposer, prompt_ids, k, max_new_tokens, lanes=lanes, tree=tree)
     for _ in dec.steps():
         pass

@@ -89,7 +89,7 @@ def test_chain_traces_have_no_tree_view():
 @pytest.fixture(scope="module")
 def tree_trace():
     from specviz.engine.proposers import ModelDraft
-    from specviz.engine.treestep import TreeShape
+    from specviz.engine.step import TreeShape
     from specviz.run import decoder_for_ids
 
     target = tiny_llama(V)

@@ -23,7 +23,7 @@ PAYLOAD = "<img src=x id=pwned onerror=alert(1)><b id=pwnedb>x</b>"
 def engine_trace() -> dict:
     """A real tree run of a tiny pair through a queue (5 requests, 2 lanes), with telemetry samples."""
     from specviz.engine.proposers import ModelDraft
-    from specviz.engine.treestep import TreeShape
+    from specviz.engine.step import TreeShape
     from specviz.run import decoder_for_ids
 
     target = tiny_llama(V)

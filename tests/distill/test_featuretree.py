@@ -8,7 +8,7 @@ import torch
 
 from specviz.distill.feature import build_feature_draft
 from specviz.engine.proposers import FeatureDraft
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.models.distilled import DistilledDraft, fused_input
 from specviz.run import decoder_for_ids
 

@@ -80,16 +80,16 @@ def test_a_steady_chain_step_reads_the_device_once(target, draft):
     steady = [(rec, calls) for rec, calls in steps if not rec.left and not rec.joined and not rec.compacted]
     assert len(steady) >= 5, len(steady)
     for rec, calls in steady:
-        assert len(calls) == 1 and calls[0][:2] == ("tolist", "chainstep.py"), (rec.step, calls)
+        assert len(calls) == 1 and calls[0][:2] == ("tolist", "step.py"), (rec.step, calls)
 
 
 @pytest.mark.parametrize("draft", ["ngram", "model"])
 def test_a_steady_tree_step_reads_the_device_once(target, draft):
     """With the walk CUDA runs (kernels/tree_verify.py, here in Triton's CPU interpreter): one read
-    per step, the verdict and the trees' nodes together (treestep.read_step)."""
+    per step, the verdict and the trees' nodes together (step.read_step)."""
     pytest.importorskip("triton")
     from specviz.engine.kernels.tree_verify import accept_tree_triton
-    from specviz.engine.treestep import TreeShape
+    from specviz.engine.step import TreeShape
 
     prompts = ragged_prompts(4, V, seed=5)
     proposer = {"ngram": lambda: NgramDraft(), "model": lambda: ModelDraft(perturbed_copy(target, 0.3))}[draft]()
@@ -100,13 +100,13 @@ def test_a_steady_tree_step_reads_the_device_once(target, draft):
     assert len(steady) >= 4, len(steady)
     assert any(rec.rows and rec.rows[0].tree is not None for rec, _ in steady)  # they drafted trees
     for rec, calls in steady:
-        assert len(calls) == 1 and calls[0][:2] == ("tolist", "treestep.py"), (rec.step, calls)
+        assert len(calls) == 1 and calls[0][:2] == ("tolist", "step.py"), (rec.step, calls)
 
 
 @pytest.mark.parametrize("tree", [None, (2, 6)], ids=["chain", "tree"])
 def test_the_host_lengths_mirror_equals_the_device_lengths_through_steps_leaves_and_joins(target, tree):
     """What the crop and the compaction read instead of the device is what the device holds."""
-    from specviz.engine.treestep import TreeShape
+    from specviz.engine.step import TreeShape
 
     prompts = ragged_prompts(7, V, seed=2)
     proposer = ModelDraft(perturbed_copy(target, 0.3))
@@ -141,7 +141,7 @@ def test_on_cuda_a_steady_step_makes_one_synchronizing_call(draft):
     torch.cuda.synchronize() are not counted by torch. Trees walk with the Triton kernel there."""
     import warnings
 
-    from specviz.engine.treestep import TreeShape
+    from specviz.engine.step import TreeShape
     from specviz.models.loading import LoadedModel
 
     def on_cuda(m):

@@ -6,7 +6,7 @@ import pytest
 from specviz.checks import check_draft
 from specviz.common import SpecvizError
 from specviz.engine.hybrid import PRIOR_ALPHA, Acceptance, expected_accepted, merge_rows
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.prompts.sets import prompt_set
 from specviz.models.loading import encode_prompts, get_model
 from specviz.run import DEFAULT_DRAFT_DIR, decoder_for_ids, make_proposer

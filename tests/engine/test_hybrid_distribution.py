@@ -8,7 +8,7 @@ import pytest
 from specviz.engine.hybrid import HybridDraft
 from specviz.engine.sampling import SamplingParams
 from specviz.engine.suffix import SuffixDraft
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.measure.firsttoken import frequency_check, next_token_probs
 from specviz.models.loading import encode_prompts
 from specviz.run import decoder_for_ids, make_proposer

@@ -4,7 +4,7 @@ at B = 1, 3, 8 and 13, under a request queue, and one merged tree per row: every
 
 import pytest
 
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.measure.correctness import compare
 from specviz.run import decoder_for_ids, make_proposer
 

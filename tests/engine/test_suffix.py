@@ -12,7 +12,7 @@ import torch
 from specviz.common import SpecvizError
 from specviz.engine.suffix import PROMPT_TAIL, SuffixDraft, grow
 from specviz.engine.suffixindex import Corpus, Occurrences
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.run import decoder_for_ids
 
 from fakes import tiny_llama

@@ -12,7 +12,7 @@ import torch
 from specviz.engine.sampling import SamplingParams, Verdict, process_logits, sample_inverse_cdf
 from specviz.engine.suffix import SuffixDraft
 from specviz.engine.tree import TreeVerdict
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.measure.firsttoken import frequency_check, next_token_probs
 from specviz.models.loading import encode_prompts, get_model
 from specviz.run import decoder_for_ids

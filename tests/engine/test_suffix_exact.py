@@ -5,7 +5,7 @@ equals plain greedy at B = 1; a divergence only at a reported near-tie."""
 import pytest
 
 from specviz.engine.suffix import SuffixDraft
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.measure.correctness import compare
 from specviz.run import decoder_for_ids
 

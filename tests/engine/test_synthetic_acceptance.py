@@ -1,5 +1,5 @@
 """Synthetic acceptance: each drafted position accepted by a seeded Bernoulli(alpha) draw, in the one
-step body (ChainStep.accept's variant), on a tiny model pair whose draft agrees with the target rarely."""
+step body (StepParts.accept's variant for chains), on a tiny model pair whose draft agrees with the target rarely."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fakes import perturbed_copy, ragged_prompts, reference_greedy, tiny_llama
 from specviz.common import SpecvizError
 from specviz.engine.proposers import ModelDraft
 from specviz.engine.sampling import SamplingParams, accept_synthetic
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.run import decoder_for_ids, trace_config
 from specviz.runconfig import RunConfig
 

@@ -56,8 +56,8 @@ def test_greedy_rejects_the_first_child_and_accepts_the_second():
 
 
 def test_the_steps_one_host_copy_holds_the_verdict_and_each_rows_nodes():
-    """treestep.read_step (the tree step's only device read) gives what the verdict and tree.row say."""
-    from specviz.engine.treestep import read_step
+    """step.read_step (the tree walk's only device read) gives what the verdict and tree.row say."""
+    from specviz.engine.step import read_step
 
     rows = [[(4, -1), (6, -1), (2, 1)], [], [(3, -1), (5, 0)]]
     tree = TokenTree.from_rows(rows, probs=[[0.5, 0.25, 0.125], [], [1.0, 0.75]], rank=[[0, 1, 0], [], [0, 0]])

@@ -4,7 +4,7 @@ bench/exactness.py --trees runs more configurations and longer outputs."""
 
 import pytest
 
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.measure.correctness import check_exactness
 from specviz.run import make_proposer
 

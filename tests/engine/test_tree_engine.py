@@ -6,7 +6,7 @@ exact: greedy output equals batch-1 greedy whatever the trees look like."""
 import pytest
 import torch
 
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.engine.tree import TokenTree
 from specviz.run import decoder_for_ids
 

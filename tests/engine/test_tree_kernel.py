@@ -159,7 +159,7 @@ def test_bf16_logits_and_the_default_tiling_through_the_public_wrapper():
 def test_a_tree_decoder_through_the_kernel_writes_what_the_torch_walk_writes(params):
     from fakes import perturbed_copy, ragged_prompts, tiny_llama
     from specviz.engine.proposers import ModelDraft
-    from specviz.engine.treestep import TreeShape
+    from specviz.engine.step import TreeShape
     from specviz.run import decoder_for_ids
 
     target = tiny_llama(32)

@@ -7,7 +7,7 @@ import torch
 
 from specviz.engine.proposers import ModelDraft
 from specviz.engine.sampling import SamplingParams
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.run import decoder_for_ids
 
 from fakes import perturbed_copy, ragged_prompts, reference_greedy, tiny_llama

@@ -70,7 +70,7 @@ def test_observed_second_guesses_raise_the_chosen_width():
 
 def test_decoding_under_the_shape_policy_equals_batch_one_greedy_and_varies_the_shape():
     from specviz.engine.proposers import ModelDraft
-    from specviz.engine.treestep import TreeShape
+    from specviz.engine.step import TreeShape
     from specviz.run import decoder_for_ids
 
     V = 64
@@ -94,7 +94,7 @@ def test_decoding_under_the_shape_policy_equals_batch_one_greedy_and_varies_the_
 
 def test_a_regular_step_under_the_shape_policy_records_no_tree_for_its_rows():
     from specviz.engine.proposers import ModelDraft
-    from specviz.engine.treestep import TreeShape
+    from specviz.engine.step import TreeShape
     from specviz.run import decoder_for_ids
 
     V = 64

@@ -13,7 +13,7 @@ import torch
 
 from specviz.engine.proposers import ModelDraft
 from specviz.engine.ragged import RaggedCache
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.models import compiled
 from specviz.models.forwardoptions import ForwardOptions
 from specviz.run import decoder_for_ids

@@ -12,7 +12,7 @@ import torch
 
 from specviz.engine.proposers import ModelDraft, NgramDraft
 from specviz.engine.ragged import RaggedCache, left_pad
-from specviz.engine.treestep import TreeShape
+from specviz.engine.step import TreeShape
 from specviz.models import fastllama, statickv
 from specviz.models.forwardoptions import ForwardOptions
 from specviz.run import decoder_for_ids
