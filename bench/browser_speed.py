@@ -1,11 +1,12 @@
 """The Live page's tokens/s in a real browser against the same run from the CLI.
 
 Starts the real `streamlit run app.py` server and a real headless chromium (tests/browser.py),
-presses Run on the Live page with its defaults (b = 4, k = 2, 64 new tokens, the first 4 chat
-prompts, the default pair), waits for the run to end and reads the page's "tokens/s" metric.
-Interleaved with it, in rounds (the order alternates), the same run from the CLI:
-`python -m specviz run --prompts <those 4 prompts> --batch-size 4 --draft-length 2
---max-new-tokens 64 --out T` (tokens/s from T's summary, the same summarize() the page shows).
+presses Run on the Live page with its defaults (specviz.bounds.SLIDERS: b = 1, k = 2, 64 new tokens;
+the first 4 chat prompts, the default pair), waits for the run to end and reads the page's "tokens/s"
+metric. Interleaved with it, in rounds (the order alternates), the same run from the CLI:
+`python -m specviz run --prompts <those 4 prompts> --batch-size B --draft-length K
+--max-new-tokens N --out T` with the page's B, K, N (tokens/s from T's summary, the same summarize()
+the page shows). A --compare-root checkout must have the same page defaults for its row to compare.
 A first browser run (worker start, model load) is a warm-up and not counted.
 
     flock /tmp/specviz-cpu.lock .venv/bin/python bench/browser_speed.py [--rounds 3] [--server-env K=V ...]
@@ -34,9 +35,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import browser  # noqa: E402  (tests/browser.py: the server + chromium driver)
 
+from specviz.bounds import SLIDERS  # noqa: E402
 from specviz.prompts import sets as promptsets  # noqa: E402
 
-B, K, MAX_NEW = 4, 2, 64  # the Live page's defaults
+# the Live page's defaults (its sliders start at RunConfig's, so at `specviz run`'s)
+B, K, MAX_NEW = (SLIDERS[name][2] for name in ("batch_size", "draft_length", "max_new_tokens"))
 PROMPTS = promptsets.CHAT[:4]  # the Live page's default prompts
 
 
