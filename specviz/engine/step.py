@@ -19,7 +19,8 @@ ancestor mask) and the vectorised rule (sampling.accept_reference; the fused Tri
 which gives the walk's verdict draw for draw (tests/engine/test_step.py). The walk also takes the
 draft's q for a line that was sampled from it, so the one rule covers chains and trees. On a CPU the
 two forms cost the same (bench/line_forms.py); they stay for CUDA, where the line's accept is one
-fused kernel that takes q (the tree kernel does not) and its verify is what the graphs capture.
+fused kernel that takes q (the tree kernel does not) and its verify is what the graphs capture. The
+fast forms read the lines as drafted, so a line step makes its width-1 trees only when the walk reads them.
 
 Per step, for trees: the root and the accepted path's slots stay, every other node becomes a hole
 (the cache's hole/compaction scheme bounds memory); the proposer's ``commit_tree`` does the same in
@@ -62,16 +63,31 @@ class StepVerdict:
 
 @dataclasses.dataclass
 class Drafts:
-    tree: TokenTree  # every row's draft tree (a line step: width-1 trees)
+    """What a step drafted: every row's token tree (``tree()``). A line step keeps its lines as drafted
+    (``tokens``, ``num_drafted``), which the fast forms read; its width-1 trees are made only when read."""
+
     u: torch.Tensor  # [B, max N_b + 1] the accept rule's draws: node i's test at [b, i], the final at [b, N_b]
     shape: tuple  # the (W, N) drafted with: (1, 0) a tree step that drafted nothing, (None, None) a line step
-    line: bool  # every row drafted a line (``propose``): the fast forms apply, ``commit`` follows
-    num_drafted: torch.Tensor  # [B] n_b
+    trees: TokenTree | None = None  # a tree step's trees (None: a line step)
+    tokens: torch.Tensor | None = None  # [B, w] a line step's proposals (past a row's n_b: anything)
+    num_drafted: torch.Tensor | None = None  # [B] a line step's n_b
+    sizes: list[int] | None = None  # [B] a line step's n_b on the host, when known (no device read for its trees)
     probs: torch.Tensor | None = None  # [B, w, V] the q a line was sampled from, None for a chosen draft
-    counts: list[int] | None = None  # [B] n_b on the host, when known (the line's verify skips holes)
+    counts: list[int] | None = None  # [B] n_b on the host when ragged and known (the line's verify skips holes)
     width: int = 0  # verify slots per row (1 + max N_b), known after verify
     paths: list[list[int]] | None = None  # [B] the accepted nodes, known after accept
     fed_slots: list[list[int]] | None = None  # [B] each node's slot in the draft cache's fed tail (-1: none)
+
+    @property
+    def line(self) -> bool:
+        """Every row drafted a line (``propose``): the fast forms apply, ``commit`` follows."""
+        return self.tokens is not None
+
+    def tree(self) -> TokenTree:
+        """Every row's draft tree (a line step's: width-1 trees, made on first use)."""
+        if self.trees is None:
+            self.trees = TokenTree.line(self.tokens, self.num_drafted, self.sizes)
+        return self.trees
 
 
 def default_accept_tree_fn(device: torch.device):
@@ -96,11 +112,11 @@ def verify_tree(kv, last: list[int], tree: TokenTree) -> torch.Tensor:
 def verify_line(kv, last: list[int], d: Drafts) -> torch.Tensor:
     """The mask-free form for lines: positions counted from the validity mask, the causal mask as the
     ancestor mask; with every n_b known on the host the forward skips the holes' work -> [B, w + 1, V]."""
-    tokens, _, _, real = d.tree.padded()  # [B, w] each
-    B, w = tokens.shape
-    ids = torch.cat([host_tensor(last, kv.device).unsqueeze(1), tokens], dim=1)  # [B, w + 1]
-    valid = torch.cat([torch.ones(B, 1, dtype=torch.bool, device=kv.device), real], dim=1)  # [B, w + 1]
-    flat = None if d.counts is None else [b * (w + 1) + t for b, c in enumerate(d.counts) for t in range(c + 1)]
+    ids = torch.cat([host_tensor(last, kv.device).unsqueeze(1), d.tokens.clamp(min=0)], dim=1)  # [B, w + 1]
+    T = ids.shape[1]
+    slots = torch.arange(T, device=kv.device).unsqueeze(0)  # [1, w + 1]
+    valid = slots < (d.num_drafted + 1).unsqueeze(1)  # [B, w + 1] proposals past n_b are holes
+    flat = None if d.counts is None else [b * T + t for b, c in enumerate(d.counts) for t in range(c + 1)]
     return kv.forward(ids, valid, reuse_logits=True, slots=flat)  # [B, w + 1, V], dead by the next verify
 
 
@@ -158,9 +174,9 @@ class StepParts:
         u_draft, u_verify = u[:, :k], u[:, k:]
         B = len(dec.active)
         if k == 0:
+            empty = torch.empty(B, 0, dtype=torch.long, device=dec.device)  # [B, 0]
             none = torch.zeros(B, dtype=torch.long, device=dec.device)  # [B]
-            line = TokenTree.line(torch.empty(B, 0, dtype=torch.long, device=dec.device), none, [0] * B)
-            return Drafts(line, u_verify, (None, None), True, none)
+            return Drafts(u_verify, (None, None), tokens=empty, num_drafted=none, sizes=[0] * B)
         prop = dec.proposer.propose([r.context for r in dec.active], k, dec.params, u_draft)
         drafts, n, q = prop.tokens, prop.num_drafted, prop.probs
         w = int(n.max()) if prop.widest is None else prop.widest  # slots past the widest proposal: holes in every row
@@ -168,7 +184,7 @@ class StepParts:
             drafts, q, u_verify = drafts[:, :w], (q[:, :w] if q is not None else None), u_verify[:, : w + 1]
         # a proposer names every n_b on the host (counts), or says every row drafted its widest (widest)
         sizes = prop.counts if prop.counts is not None else ([w] * B if prop.widest is not None else None)
-        return Drafts(TokenTree.line(drafts, n, sizes), u_verify, (None, None), True, n, q, prop.counts)
+        return Drafts(u_verify, (None, None), tokens=drafts, num_drafted=n, sizes=sizes, probs=q, counts=prop.counts)
 
     def _draft_tree(self, dec, k: int) -> Drafts:
         contexts = [r.context for r in dec.active]
@@ -178,7 +194,7 @@ class StepParts:
         else:  # a regular step (k = 0, e.g. the shape policy's pick) drafts no tree
             width, nodes, tree = 1, 0, TokenTree.empty(len(contexts), dec.device)
         u = streams.row_uniforms(dec.active, max(tree.sizes(), default=0) + 1, dec.device)  # [B, max N_b + 1]
-        return Drafts(tree, u, (width, nodes), False, tree.cu_nodes[1:] - tree.cu_nodes[:-1])
+        return Drafts(u, (width, nodes), trees=tree)
 
     # ---- verify ------------------------------------------------------------------------------
     def verify(self, dec, d: Drafts) -> torch.Tensor:
@@ -186,7 +202,7 @@ class StepParts:
         if d.line and not self.walk_lines:
             logits = verify_line(dec.kv, last, d)  # [B, w + 1, V]
         else:
-            logits = verify_tree(dec.kv, last, d.tree)  # [B, 1 + N, V]
+            logits = verify_tree(dec.kv, last, d.tree())  # [B, 1 + N, V]
         d.width = logits.shape[1]
         return logits
 
@@ -195,10 +211,10 @@ class StepParts:
         if d.line and (self.synthetic is not None or not self.walk_lines):
             return self._accept_line(dec, d, logits)
         if d.line:  # the walk over width-1 trees, with the q the line was sampled from
-            verdict = accept_tree(logits, d.tree, d.u, dec.params, d.probs)
+            verdict = accept_tree(logits, d.tree(), d.u, dec.params, d.probs)
         else:
-            verdict = dec.accept_tree_fn(logits, d.tree, d.u, dec.params)
-        host = read_step(d.tree, verdict)
+            verdict = dec.accept_tree_fn(logits, d.tree(), d.u, dec.params)
+        host = read_step(d.tree(), verdict)
         d.paths, d.fed_slots = [h["path"] for h in host], [h["fed_slot"] for h in host]
         trees = {r.index: TreeNodes.from_json({**h["nodes"], "path": h["path"]}) for h, r in zip(host, dec.active)}
         drafted = not d.line and d.shape != (1, 0)
@@ -212,12 +228,11 @@ class StepParts:
     def _accept_line(self, dec, d: Drafts, logits: torch.Tensor) -> StepVerdict:
         """The vectorised rule over lines (the walk's verdict on width-1 trees, in one pass)."""
         rule = dec.accept_fn if self.synthetic is None else functools.partial(accept_synthetic, self.synthetic)
-        tokens = d.tree.padded()[0]  # [B, w]
-        verdict = rule(logits, tokens, d.num_drafted, d.u, dec.params, d.probs)
+        verdict = rule(logits, d.tokens, d.num_drafted, d.u, dec.params, d.probs)
         w = d.width - 1
         # the step's one copy to the host: per row [accepted, drafted, output (w + 1), proposals (w)]
         host = torch.cat([verdict.num_accepted.long().unsqueeze(1), d.num_drafted.long().unsqueeze(1),
-                          verdict.emitted.long(), tokens.long()], dim=1).tolist()  # [B, 2w + 3]
+                          verdict.emitted.long(), d.tokens.long()], dim=1).tolist()  # [B, 2w + 3]
         num_accepted = [h[0] for h in host]
         # slot 0 (the last token) + accepted drafts stay: a prefix of 1 + a per row
         keep = torch.arange(d.width, device=dec.device).unsqueeze(0) <= verdict.num_accepted.unsqueeze(1)  # [B, w + 1]

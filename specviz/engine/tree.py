@@ -23,8 +23,9 @@ distributed as p. A child *drawn* from the draft's q (``draft_probs``: a sampled
 drawn independently from one q) is accepted with probability min(1, r(c_j) / (sum(r) q(c_j))) and a
 rejection leaves r = max(0, r / sum(r) - q); a chosen child is the point mass q = 1 at c_j, where
 this is the rule above. A chain is the width-1 tree: node i's parent is node i - 1, and the walk
-then gives what the chain rule (sampling.accept_reference) gives, draw for draw. Greedy (temperature 0): follow the child equal to argmax p; the first miss
-emits the argmax as the recovered token; a full path emits the argmax as the bonus.
+then gives what the chain rule (sampling.accept_reference) gives, draw for draw.
+Greedy (temperature 0): follow the child equal to argmax p; the first miss emits the argmax as the
+recovered token; a full path emits the argmax as the bonus.
 
 Uniforms are per row: ``uniforms[b, i]`` decides node i (each node is tested at most once) and
 ``uniforms[b, N_b]`` samples the final token, so a row's draws do not depend on other rows.
