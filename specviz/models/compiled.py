@@ -13,7 +13,8 @@ so each runner key compiles once; inductor's FX graph cache keeps the result on 
 (``use_cache_dir``), so a second process loads it instead of compiling.
 
 The body writes its K/V columns itself (no cache object inside the graph) and uses plain ``F.linear``
-(the oneDNN-packed bf16 weights of specviz.models.packed are for the eager path). When compiling fails
+(the oneDNN-packed bf16 weights of specviz.models.packed are for the eager path), or, for bf16 on an AVX2
+CPU, specviz.models.bf16linear's kernel as an opaque op between the fused loops. When compiling fails
 (no C++ compiler, an unsupported platform, an inductor error) the runner says so in one line and runs
 eagerly (``LayerCompiler.failed``).
 """
@@ -29,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.common import cache_dir
-from specviz.models import fastllama
+from specviz.models import bf16linear, fastllama, packed
 
 # What the process says (once) when its first compile starts: a new shape's first call compiles the layer
 # (the default target on this 2-core CPU, cold: 15 s per shape; from the disk cache a few seconds)
@@ -37,24 +38,26 @@ NOTICE = "compiling the forward (first time: ~15 s per step shape, cached on dis
 RECOMPILE_LIMIT = 64  # shapes one compiled body may hold (batch buckets x widths x capacities x models)
 
 
-def layer_body(layer, h, cos, sin, blocked, keys, values, cols, heads):
+def layer_body(layer, h, cos, sin, blocked, keys, values, cols, heads, kernel=False):
     """One decoder layer over a static cache: h [B, T, hidden] -> [B, T, hidden].
 
     cos/sin [B, T, 1, d]; blocked [B, 1, groups*T, C] (fastllama._grouped_blocked); keys/values
-    [B, Hkv, C, d] the layer's buffers (written at columns cols [T], in place); heads: fastllama._heads."""
+    [B, Hkv, C, d] the layer's buffers (written at columns cols [T], in place); heads: fastllama._heads.
+    kernel: the linears through specviz.models.bf16linear's kernel (bf16 on an AVX2 CPU), else F.linear."""
     H, Hkv, d, groups, scale = heads
     B, T, _ = h.shape
+    linear = bf16linear.linear if kernel else F.linear
     x = fastllama._rms_norm(h, layer.input_layernorm)
-    qkv = F.linear(x, layer._specviz_qkv).view(B, T, H + 2 * Hkv, d)
+    qkv = linear(x, layer._specviz_qkv).view(B, T, H + 2 * Hkv, d)
     qk = fastllama._rotate(qkv[:, :, : H + Hkv], cos, sin)  # q and k heads rotated together
     q = qk[:, :, :H].transpose(1, 2)  # [B, H, T, d]
     keys.index_copy_(2, cols, qk[:, :, H:].transpose(1, 2))  # [B, Hkv, T, d] into [B, Hkv, C, d]
     values.index_copy_(2, cols, qkv[:, :, H + Hkv:].transpose(1, 2))
     attn = fastllama._attention(q, keys, values, None, scale, groups, blocked)  # [B, T, H * d]
-    h = h + F.linear(attn, layer.self_attn.o_proj.weight)
+    h = h + linear(attn, layer.self_attn.o_proj.weight)
     x = fastllama._rms_norm(h, layer.post_attention_layernorm)
-    gate, up = F.linear(x, layer._specviz_gate_up).chunk(2, dim=-1)
-    return h + F.linear(F.silu(gate) * up, layer.mlp.down_proj.weight)
+    gate, up = linear(x, layer._specviz_gate_up).chunk(2, dim=-1)
+    return h + linear(F.silu(gate) * up, layer.mlp.down_proj.weight)
 
 
 def unavailable() -> str | None:
@@ -113,9 +116,10 @@ class LayerCompiler:
         started = time.perf_counter()
         try:
             fn = self._compiled()
+            kernel = packed.enabled(layers[0]._specviz_qkv) and not packed.cpu_packs_bf16()  # bf16, AVX2 only
             out = h
             for layer, (keys, values) in zip(layers, buffers):
-                out = fn(layer, out, cos, sin, blocked, keys, values, cols, heads)
+                out = fn(layer, out, cos, sin, blocked, keys, values, cols, heads, kernel)
         except Exception as e:  # noqa: BLE001 (any compiler failure: the eager path computes the same)
             self.failed = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
             self.say(f"compiled forward failed ({self.failed}); running eagerly")

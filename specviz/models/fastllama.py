@@ -249,14 +249,18 @@ def _head(model, h: torch.Tensor, out: torch.Tensor | None, pk: bool = False) ->
     """The output layer, into ``out`` when it fits: a caller's reused buffer saves allocating (and, past
     glibc's 32 MB mmap threshold, page-faulting) B x T x V fresh floats per forward. With ``pk`` (bf16 on
     the CPU) a plain linear head runs on its packed weight instead, into a fresh tensor, while that
-    tensor stays under ``packed.FRESH_BYTES``."""
+    tensor stays under ``packed.FRESH_BYTES``; or, where oneDNN cannot pack, through our bf16 kernel
+    (into ``out`` when it fits)."""
     head = model.lm_head
     fresh_bytes = h[..., :1].numel() * head.weight.shape[0] * h.element_size()
-    if (pk and type(head) is torch.nn.Linear and head.bias is None and packed.enabled(head.weight)
-            and (out is None or fresh_bytes < packed.FRESH_BYTES)):
-        return packed.linear(h, head.weight, True)
-    if (out is None or getattr(head, "bias", None) is not None or out.dtype != h.dtype
-            or tuple(out.shape) != (*h.shape[:-1], head.weight.shape[0])):
+    fits = (out is not None and out.is_contiguous() and getattr(head, "bias", None) is None and out.dtype == h.dtype
+            and tuple(out.shape) == (*h.shape[:-1], head.weight.shape[0]))
+    if pk and type(head) is torch.nn.Linear and head.bias is None and packed.enabled(head.weight):
+        if not packed.cpu_packs_bf16():
+            return packed.linear(h, head.weight, True, out if fits else None)
+        if out is None or fresh_bytes < packed.FRESH_BYTES:
+            return packed.linear(h, head.weight, True)
+    if not fits:
         return head(h)
     return torch.matmul(h, head.weight.t(), out=out)  # what F.linear computes without a bias
 

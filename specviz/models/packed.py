@@ -16,6 +16,10 @@ Only bf16 weights on the CPU are packed (fp32 keeps MKL's sgemm, so the fp32 exa
 exactly the products they always did). A packed copy is remade when its weight changes in place
 (the tensor's version counter moves: training) and costs a second copy of the weights' memory.
 ``SPECVIZ_PACKED_WEIGHTS=0`` turns it off.
+
+Where oneDNN cannot pack bf16 (an AVX2-only CPU) the bf16 linears run through our own kernel instead
+(specviz.models.bf16linear: the weights widened in registers), at any row count; ``enabled`` and
+``linear`` pick between the two, so the lean forward asks one question.
 """
 
 from __future__ import annotations
@@ -26,16 +30,19 @@ import os
 import torch
 import torch.nn.functional as F
 
+from specviz.models import bf16linear
+
 HINT = 40  # the row count oneDNN is told to pack for (see the module docstring)
 MAX_ROWS = 256  # more rows than this: F.linear (see the module docstring)
 FRESH_BYTES = 16 << 20  # a packed output layer writes fresh logits up to this size; past it, the reused buffer
 
 
 def enabled(weight: torch.Tensor) -> bool:
-    """Pack this weight: bf16 on the CPU, oneDNN able to pack bf16 here, not switched off (checked
-    once per forward)."""
+    """Run this weight's linears here: bf16 on the CPU, not switched off, and oneDNN able to pack bf16
+    or our AVX2 kernel built (checked once per forward)."""
     return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16
-            and os.environ.get("SPECVIZ_PACKED_WEIGHTS", "1") != "0" and cpu_packs_bf16())
+            and os.environ.get("SPECVIZ_PACKED_WEIGHTS", "1") != "0"
+            and (cpu_packs_bf16() or bf16linear.available()))
 
 
 @functools.cache
@@ -60,9 +67,14 @@ def pack_of(weight: torch.Tensor) -> torch.Tensor:
     return held[1]
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, packed: bool) -> torch.Tensor:
-    """x [..., in] @ weight[out, in].T -> [..., out], through the packed copy when ``packed`` (and x has
-    at most ``MAX_ROWS`` rows)."""
+def linear(x: torch.Tensor, weight: torch.Tensor, packed: bool, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., in] @ weight[out, in].T -> [..., out], when ``packed`` through the packed copy (x of at most
+    ``MAX_ROWS`` rows) or, where oneDNN cannot pack, our bf16 kernel (which writes into ``out`` when given:
+    a contiguous tensor of the result's shape and dtype)."""
+    if packed and not cpu_packs_bf16():
+        if bf16linear.fits(x, weight):
+            return bf16linear.linear(x, weight, out)
+        return F.linear(x, weight) if out is None else torch.matmul(x, weight.t(), out=out)
     if not packed or x.numel() > MAX_ROWS * x.shape[-1]:
         return F.linear(x, weight)
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), pack_of(weight), None, "none", [], "")

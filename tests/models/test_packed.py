@@ -5,7 +5,7 @@ import torch
 
 from specviz.models import fastllama, packed
 
-pytestmark = pytest.mark.skipif(not packed.enabled(torch.zeros(1, dtype=torch.bfloat16)),
+pytestmark = pytest.mark.skipif(not packed.cpu_packs_bf16(),
                                 reason="no oneDNN weight packing in this torch build")
 
 

@@ -1,0 +1,84 @@
+"""bf16 on an AVX2 CPU: our kernel (specviz.models.bf16linear) against F.linear, regular and speculative.
+
+    .venv/bin/python bench/bf16_kernel.py [--prompts FILE] [--batch-sizes 1,8] [--k 2] [--rounds 3]
+                                          [--max-new-tokens 64] [--json OUT]
+
+In one process, interleaved (the order rotates every round), per batch size: regular decoding and the
+default pair at k through the CLI's engine (specviz.measure.bench.engine_arm), each with the kernel
+(SPECVIZ_BF16_KERNEL=1) and with plain F.linear (=0), the packaged target in bf16, greedy. Each arm sets
+the switch before it runs (the lean forward reads it every forward). Prints tokens/s per round, the
+kernel's speed-up per arm and speculative over regular within each side, and whether the kernel's greedy
+outputs equal the plain path's. Results: BENCHMARKS.md, "bf16 on an AVX2 CPU".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+
+from specviz.measure.bench import engine_arm, interleaved, outputs, warm_up
+from specviz.models import bf16linear, packed
+from specviz.run import load_pair, read_prompts
+from specviz.runconfig import RunConfig
+
+
+def switched(arm, on: bool):
+    def run():
+        os.environ["SPECVIZ_BF16_KERNEL"] = "1" if on else "0"
+        return arm()
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prompts", default="bench/results/llamacpp-peer-2026-12-06/prompts.jsonl")
+    ap.add_argument("--batch-sizes", default="1,8")
+    ap.add_argument("--k", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--json", metavar="OUT")
+    a = ap.parse_args()
+    if packed.cpu_packs_bf16() or not bf16linear.available():
+        raise SystemExit("the kernel is not the bf16 path on this machine (oneDNN packs bf16, or no AVX2/compiler)")
+    prompts = read_prompts(a.prompts)
+    target, proposer = load_pair(RunConfig(prompts=prompts, dtype="bfloat16", device="cpu"))
+    out = {"prompts": a.prompts, "k": a.k, "max_new_tokens": a.max_new_tokens, "rounds": a.rounds, "by_batch": {}}
+    for b in (int(x) for x in a.batch_sizes.split(",")):
+        spec = RunConfig(prompts=prompts, batch_size=b, max_new_tokens=a.max_new_tokens, dtype="bfloat16",
+                         device="cpu", draft_length=a.k)
+        base = dataclasses.replace(spec, mode="regular")
+        arms = {}
+        for on, side in ((False, "plain"), (True, "kernel")):
+            os.environ["SPECVIZ_BF16_KERNEL"] = "1" if on else "0"
+            warm_up(base, target, None)
+            warm_up(spec, target, proposer)
+            arms[f"{side} regular"] = switched(engine_arm(base, target, None), on)
+            arms[f"{side} k={a.k}"] = switched(engine_arm(spec, target, proposer), on)
+        res = interleaved(arms, a.rounds, reference="plain regular",
+                          on_round=lambda r, got: print(f"B={b} round {r + 1}: " + ", ".join(
+                              f"{k} {v:.1f}" for k, v in got.items()), flush=True))
+        med = {k: statistics.median(v.tok_s) for k, v in res.items()}
+        ratio = {k: [x / y for x, y in zip(res[f"kernel {k}"].tok_s, res[f"plain {k}"].tok_s)]
+                 for k in ("regular", f"k={a.k}")}
+        spec_over = {s: [x / y for x, y in zip(res[f"{s} k={a.k}"].tok_s, res[f"{s} regular"].tok_s)]
+                     for s in ("plain", "kernel")}
+        same = {k: outputs(res[f"kernel {k}"].traces[0]) == outputs(res[f"plain {k}"].traces[0])
+                for k in ("regular", f"k={a.k}")}
+        print(f"B={b}: medians " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in med.items()))
+        for k, xs in ratio.items():
+            print(f"B={b}: kernel / plain, {k}: {[round(x, 2) for x in xs]} median {statistics.median(xs):.2f}; "
+                  f"greedy outputs equal: {same[k]}")
+        for s, xs in spec_over.items():
+            print(f"B={b}: {s}: k={a.k} / regular {[round(x, 2) for x in xs]} median {statistics.median(xs):.2f}")
+        out["by_batch"][b] = {"tok_s": {k: v.tok_s for k, v in res.items()}, "kernel_over_plain": ratio,
+                              "spec_over_regular": spec_over, "outputs_equal": same}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""bf16 linears on an AVX2 CPU without a native bf16 product: our own kernel (``bf16_linear.cpp``).
+
+On such a CPU (an AMD EPYC with AVX2 only, most laptops before 2023) oneDNN cannot pack bf16 weights
+(``packed.cpu_packs_bf16`` is false) and ``F.linear`` on bf16 runs at about 15 GFLOP/s at any row
+count: one token of SmolLM2-135M costs ~15 ms of matmul whether it is a decode step's only token or
+one of a verify's many, so a bf16 decode step ran at ~30 ms against a memory floor near 10 ms, and
+every verified token cost half a regular step (the calibrated t_token). The kernel widens each bf16
+weight to fp32 in registers and runs fp32 FMAs: the weights cross the bus at 2 bytes (a decode step
+near the memory floor) and a wide verify runs at fp32's arithmetic rate (``bench/bf16_linear.py``).
+
+Its sums are fp32 in a fixed order per output, the same whatever the row count (batch invariant),
+but not ``F.linear``'s order: bf16 outputs differ from the plain path's by float rounding (tests
+bound it). fp32 runs never use it, so the fp32 exactness checks are unchanged.
+
+Built once per machine with torch's C++ extension builder (g++ and ninja; about a minute) into
+``~/.cache/specviz/ext``; where it cannot be built (no compiler, not x86 with AVX2/FMA) the plain
+``F.linear`` runs, with one line saying why. ``SPECVIZ_BF16_KERNEL=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from specviz.common import cache_dir
+
+SOURCE = Path(__file__).with_name("bf16_linear.cpp")
+FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
+
+
+def cpu_has_avx2() -> bool:
+    """AVX2 and FMA on this CPU (torch's own dispatch check), and x86."""
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
+def wanted() -> bool:
+    """The kernel is the bf16 path here: switched on, an AVX2 CPU (the caller has already ruled out
+    oneDNN's packing, which is faster where it runs)."""
+    return os.environ.get("SPECVIZ_BF16_KERNEL", "1") != "0" and cpu_has_avx2()
+
+
+@functools.cache
+def module():
+    """The built extension, or None (with one line on stderr) where it cannot be built."""
+    from torch.utils import cpp_extension  # imported on first use: it pulls in setuptools
+
+    build = cache_dir() / "ext" / f"bf16_linear-torch{torch.__version__.split('+')[0]}"
+    build.mkdir(parents=True, exist_ok=True)
+    try:
+        return cpp_extension.load("specviz_bf16_linear", [str(SOURCE)], extra_cflags=FLAGS,
+                                  build_directory=str(build), verbose=False)
+    except Exception as e:  # noqa: BLE001 - any build failure means: the plain path
+        print(f"specviz: bf16 kernel not built ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+              "bf16 linears run through F.linear", file=sys.stderr)
+        return None
+
+
+def available() -> bool:
+    """Wanted here and built (building it on the first call)."""
+    return wanted() and module() is not None
+
+
+def fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Shapes and dtypes the kernel takes: a bf16 weight whose row length is a multiple of 8."""
+    return (weight.dtype == torch.bfloat16 and weight.dim() == 2 and weight.shape[1] % 8 == 0
+            and x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float32))
+
+
+@torch.library.custom_op("specviz::bf16_linear", mutates_args=())
+def _op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The kernel as a torch op, so a compiled graph calls it (an opaque call between inductor's fused
+    loops) instead of breaking at it; eager calls skip the dispatcher."""
+    return module().linear(x, weight)
+
+
+@_op.register_fake
+def _(x, weight):
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., in] @ weight[out, in].T -> [..., out] in x's dtype, through the kernel; into ``out`` (a
+    contiguous tensor of that shape and dtype, a caller's reused buffer) when given."""
+    lead = x.shape[:-1]
+    rows = x.reshape(-1, x.shape[-1]).contiguous()  # [rows, in]
+    if torch.compiler.is_compiling():
+        y = _op(rows, weight)  # [rows, out]
+    else:
+        y = module().linear(rows, weight.contiguous(), None if out is None else out.view(rows.shape[0], -1))
+    return y.view(*lead, weight.shape[0])
