@@ -6,7 +6,10 @@ supports, so a long cap costs little where matches are short), there also with t
 (Arctic's default, the hybrid's) beside the default 4; on edit-code at B = 1 also the hybrid's
 token trees per row against one merged tree; and the hybrid against the model draft alone on chat at
 B = 1 and B = 8. Each table gives each draft's cost per step (median draft-phase ms of the steps that
-drafted) beside the model draft's.
+drafted) beside the model draft's. Where a calibration of the target is kept (``specviz calibrate`` for any
+pair with it, on this device and dtype), also the suffix draft at its cap with the batch's node count chosen
+by goodput (``--policy goodput``: specviz.engine.suffix). ``--arms`` keeps only the arms named (regular always
+runs); ``--no-chat`` skips the chat tables.
 
     .venv/bin/python bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96
 
@@ -24,6 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from specviz.analysis.costs import target_cost  # noqa: E402
 from specviz.engine.hybrid import SUFFIX_FACTOR, HybridDraft  # noqa: E402
 from specviz.engine.suffix import SuffixDraft  # noqa: E402
 from specviz.measure.bench import engine_arm, interleaved, warm_up  # noqa: E402
@@ -80,11 +84,16 @@ def main() -> None:
     ap.add_argument("--prompt-sets", default="edit-code,rewrite-text,reformat-data,multi-turn")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batch-sizes", default="1,8")
+    ap.add_argument("--arms", help="arm labels to run, separated by ';' (default: all); regular always runs")
+    ap.add_argument("--no-chat", action="store_true", help="skip the hybrid-vs-model tables on chat")
     a = ap.parse_args()
     print(f"command: {' '.join(sys.argv)}\nmachine: {platform.platform()}, {os.cpu_count()} cores "
           "(shared unless you made sure it was idle)", flush=True)
     target = get_model("default", "cpu", a.dtype)
     model = make_proposer("default", target)
+    costs = target_cost(target)
+    print(f"target cost for goodput sizing: {costs}", flush=True)
+    keep = None if not a.arms else set(a.arms.split(";"))
     for B in (int(x) for x in a.batch_sizes.split(",")):
         for name in a.prompt_sets.split(","):
             prompts = prompt_set(name)[: max(B, 8)]
@@ -93,9 +102,16 @@ def main() -> None:
                                                                a.suffix_draft_length),
                       f"suffix, k = {a.suffix_draft_length}, factor 1": (hybrid_suffix(target), a.suffix_draft_length),
                       "default": model, "default+suffix": HybridDraft(model, hybrid_suffix(target))}
-            trees = B == 1 and name == "edit-code"
+            if costs is not None:
+                drafts[f"suffix, k = {a.suffix_draft_length}, goodput"] = (
+                    SuffixDraft(device=target.device, costs=costs), a.suffix_draft_length)
+            if keep is not None:
+                drafts = {label: d for label, d in drafts.items() if label in keep}
+            trees = B == 1 and name == "edit-code" and "default+suffix" in drafts and "default" in drafts
             report(f"{name}, B = {B}, k = {a.draft_length}, {len(prompts)} prompts",
                    interleaved(arms_for(target, prompts, B, a.draft_length, a.max_new_tokens, drafts, trees), a.rounds))
+        if a.no_chat:
+            continue
         chat = prompt_set("chat")[: max(B, 8)]
         drafts = {"default": model, "default+suffix": HybridDraft(model, hybrid_suffix(target))}
         report(f"chat, B = {B}, k = {a.draft_length}, {len(chat)} prompts",

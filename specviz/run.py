@@ -183,7 +183,22 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     # the CLI checks this before loading (specviz.checks); here for the app, a hub id, a .gguf
     check_fits([len(x) for x in ids], cfg.max_new_tokens, k, context_length(getattr(target.model, "config", None)), target.name)
     cargs = dict(cfg.policy_args)
-    if cfg.policy in COST_AWARE and proposer is not None and "costs" not in cargs:
+    policy_name = cfg.policy if proposer is not None else "fixed"
+    if getattr(proposer, "kind", None) == "suffix":
+        proposer.costs = None  # a draft kept across runs (the app's) sizes by goodput only when this run asks
+    if cfg.policy in COST_AWARE and getattr(proposer, "kind", None) == "suffix":
+        from specviz.analysis.costs import target_cost
+
+        # a model-free draft: drafting costs nothing, so k is the cap and the batch's node count is chosen
+        # each step by goodput from the target's cost (specviz.engine.suffix)
+        proposer.costs, policy_name = target_cost(target), "fixed"
+        if proposer.costs is None:
+            import warnings
+
+            warnings.warn(f"policy {cfg.policy!r}: no calibration of {target.name} on {target.device} "
+                          f"({target.dtype}); the suffix draft drafts to k until `python -m specviz calibrate` "
+                          "runs for a pair with this target", stacklevel=2)
+    elif cfg.policy in COST_AWARE and proposer is not None and "costs" not in cargs:
         from specviz.analysis.costs import load_calibration, partial_note
 
         cal = load_calibration(target, proposer)
@@ -201,7 +216,7 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     shapes = cfg.policy == "tree"  # (k, W, N) per step, bounded by --draft-length and the tree flags
     if shapes:
         cargs = {"w_max": cfg.tree_width, "n_max": cfg.tree_nodes, **cargs}
-    policy = make_policy(cfg.policy if proposer is not None else "fixed", k, **cargs)
+    policy = make_policy(policy_name, k, **cargs)
     tree = None
     if (cfg.tree_width > 1 or shapes) and proposer is not None:
         if not hasattr(proposer, "propose_tree"):

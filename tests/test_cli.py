@@ -1,6 +1,7 @@
 """The CLI contract: run writes a trace; user mistakes are one clear line and an exit status that says
 their kind (2 bad input, 3 something missing); bench prints a table or JSON."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -150,6 +151,30 @@ def test_cost_aware_policies_warn_without_a_calibration(policy, fallback, monkey
                      "--tree-width", "2" if policy == "tree" else "1",
                      "--max-new-tokens", "4", "--dtype", "float32", "--device", "cpu", "--out", str(out)])
     assert code == 0 and load_json(str(out))["config"]["policy"] == policy
+
+
+def test_goodput_with_the_suffix_draft_sizes_each_step_by_the_targets_cost(monkeypatch):
+    """A model-free draft has no pair to calibrate: a cost-aware policy gives it the target's cost and a fixed
+    cap; a later run of the same draft without such a policy drafts to the cap again."""
+    import specviz.analysis.costs
+    from specviz.analysis.analytic import CostModel
+    from specviz.engine.policies import Fixed
+    from specviz.run import load_pair, make_decoder
+    from specviz.runconfig import RunConfig
+
+    cost = CostModel(0.01, 0.0, 0.001)
+    monkeypatch.setattr(specviz.analysis.costs, "target_cost", lambda target: cost)
+    cfg = RunConfig(prompts=["Count: 1 2 3 1 2 3"], draft="suffix", draft_length=8, policy="goodput",
+                    max_new_tokens=4, dtype="float32", device="cpu")
+    target, proposer = load_pair(cfg)
+    dec = make_decoder(cfg, target, proposer)
+    assert proposer.costs is cost and isinstance(dec.policy, Fixed) and dec.policy.k == 8
+    make_decoder(dataclasses.replace(cfg, policy="fixed"), target, proposer)
+    assert proposer.costs is None
+    monkeypatch.setattr(specviz.analysis.costs, "target_cost", lambda target: None)
+    with pytest.warns(UserWarning, match="no calibration of .* drafts to k"):
+        make_decoder(cfg, target, proposer)
+    assert proposer.costs is None
 
 
 def test_an_unreachable_hub_is_probed_once_and_a_hub_id_then_loads_from_the_local_cache_only(monkeypatch):

@@ -22,8 +22,10 @@ RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench" / "results"  # where
 # format is stale (measured again on the pair's next Live run). Records from before the field are format 1.
 # Format 2: ``overhead`` is the speculative step's work outside every forward, measured directly (format 1:
 # the residual of the whole step after the fitted forwards, which the verify's run-to-run noise swamped), and
-# the record adds the regular step's own overhead and the draft loop's work per draft forward.
-FORMAT = 2
+# the record adds the regular step's own overhead and the draft loop's work per draft forward. Format 3: the
+# same fields; bf16 on an AVX2 CPU now runs through specviz.models.bf16linear (a verified token costs a
+# fraction of what it did), so every older record's costs are the old path's.
+FORMAT = 3
 
 
 @dataclasses.dataclass
@@ -109,6 +111,15 @@ def partial_note(target, proposer) -> str:
 def load_calibration(target, proposer) -> Calibration | None:
     """The calibration of this loaded pair on its device and dtype, or None."""
     return read_calibration(calibration_path(target.name, getattr(proposer, "name", "none"), target.device, target.dtype))
+
+
+def target_cost(target) -> CostModel | None:
+    """The target's forward cost on its device and dtype from the newest current-format record of any pair
+    with this target (a model-free draft has no pair of its own to calibrate), or None."""
+    pattern = calibration_path(target.name, "DRAFT", target.device, target.dtype).name.replace("__DRAFT__", "__*__")
+    found = [c for c in map(read_calibration, (cache_dir() / "calibration").glob(pattern))
+             if c is not None and c.format == FORMAT and c.target == target.name]
+    return max(found, key=lambda c: c.created).target_cost if found else None
 
 
 def trace_calibration(trace: dict | None) -> Calibration | None:

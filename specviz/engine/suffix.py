@@ -27,6 +27,16 @@ costs about one regular step at small B, so drafting deeper after a short match 
 the copied text again after an edit) costs little and often pays. The hybrid keeps factor 1
 (specviz.engine.hybrid: there a short match must score low against the model draft).
 
+The batch's size (with ``costs``, the target's calibrated forward cost, which a cost-aware ``--policy`` gives
+it): after every row has drafted to its bound, the step keeps the n nodes of the whole batch with the highest
+estimated acceptance, n chosen for the most expected tokens per second, (B + sum of the kept estimates) /
+T_target(B + n tokens): SmartSpec's goodput (arXiv 2406.14066) over nodes instead of one k for all rows, so
+one row's long match does not buy the whole batch a wide verify, and a row's unlikely tail is dropped where
+a verified token costs time (a CPU past its knee). A node's estimate is its path probability times the run's
+calibration (accepted / expected over the steps so far, shrunk toward 1 by CAL_PRIOR tokens, at most 1),
+since counts from one or two occurrences overstate the chance. A row's path probabilities fall along its
+draft order (best-first), so the kept nodes of a row are a prefix of its draft: still a tree.
+
 No match, or no node above min_prob: the row drafts nothing (a zero-length proposal). No model runs in
 any case; when no row drafts, the verify is a regular decoding step.
 
@@ -54,6 +64,7 @@ from specviz.engine.transfer import host_tensor, to_device
 from specviz.engine.tree import TokenTree
 
 FACTOR = 4.0  # the depth rule's factor (module docstring)
+CAL_PRIOR = 8.0  # expected tokens of prior (ratio 1) in the calibration of path probabilities (module docstring)
 PROMPT_TAIL = 16  # prompt tokens stored before a finished request's output in the global structure
 
 
@@ -67,6 +78,20 @@ class Draft:
     score: float = 0.0  # sum of path probabilities: the expected accepted length by the counts
     match: int = 0  # L, the matched suffix's length
     source: str = ""  # "request" (the row's own structure), "global", or "" (nothing drafted)
+
+    def path_probs(self) -> list[float]:
+        """Each node's path probability (the product of probs from the root), in draft order."""
+        out: list[float] = []
+        for p, parent in zip(self.probs, self.parents):
+            out.append(p * (out[parent] if parent >= 0 else 1.0))
+        return out
+
+    def first(self, n: int) -> "Draft":
+        """The first n nodes (a prefix of the best-first order: parents before children)."""
+        if n >= len(self.tokens):
+            return self
+        return dataclasses.replace(self, tokens=self.tokens[:n], parents=self.parents[:n], probs=self.probs[:n],
+                                   ranks=self.ranks[:n], score=sum(self.path_probs()[:n]))
 
 
 def grow(conts: list[list[int]], depth: int, width: int, nodes: int, min_prob: float) -> Draft:
@@ -115,8 +140,10 @@ class SuffixDraft:
     wants_features = False
 
     def __init__(self, device="cpu", corpus: Corpus | None = None, factor: float = FACTOR, min_prob: float = 0.1,
-                 max_match: int = 32, max_found: int = 64):
+                 max_match: int = 32, max_found: int = 64, costs=None):
         self.device = torch.device(device)
+        self.costs = costs  # the target's forward CostModel: the batch's size by goodput (module docstring); None: off
+        self.expected, self.accepted = 0.0, 0.0  # calibration sums over the run's drafted steps
         self.corpus = corpus if corpus is not None else Corpus()
         self.factor, self.min_prob = factor, min_prob  # the depth rule (module docstring)
         self.max_match, self.max_found = max_match, max_found
@@ -128,6 +155,7 @@ class SuffixDraft:
 
     def start(self, contexts: list[list[int]], features=None) -> None:
         self.rows, self.prompt_lens = [], []
+        self.expected, self.accepted = 0.0, 0.0  # a new run calibrates afresh
         self.add_rows(contexts)
 
     def add_rows(self, contexts: list[list[int]], features=None) -> None:
@@ -142,10 +170,41 @@ class SuffixDraft:
             occ.extend(0, e)
 
     def commit(self, num_accepted, emitted: list[list[int]], features=None) -> None:
+        self._observe(num_accepted)
         self._grow_rows(emitted)
 
     def commit_tree(self, paths, emitted: list[list[int]], fed_slots, features=None) -> None:
+        self._observe([len(p) for p in paths])
         self._grow_rows(emitted)
+
+    def _observe(self, accepted) -> None:
+        """The calibration's sums: the last step's expected accepted tokens by the counts, and the accepted."""
+        for d, a in zip(self.last, accepted):
+            if d.tokens:
+                self.expected += d.score
+                self.accepted += a
+
+    @property
+    def calibration(self) -> float:
+        """Accepted over expected so far, shrunk toward 1 by CAL_PRIOR tokens."""
+        return (self.accepted + CAL_PRIOR) / (self.expected + CAL_PRIOR)
+
+    def sized(self, drafts: list[Draft]) -> list[Draft]:
+        """The batch's drafts cut to the goodput-best node count (module docstring); unchanged without costs."""
+        if self.costs is None or not any(d.tokens for d in drafts):
+            return drafts
+        cal = self.calibration
+        nodes = sorted(((-min(1.0, cal * p), r, i) for r, d in enumerate(drafts) for i, p in enumerate(d.path_probs())))
+        B, gain, best, best_n = len(drafts), 0.0, len(drafts) / self.costs(1, len(drafts)), 0
+        for n, (neg, _, _) in enumerate(nodes, start=1):
+            gain -= neg
+            g = (B + gain) / self.costs(1, B + n)  # expected tokens per second with the n best nodes
+            if g > best:
+                best, best_n = g, n
+        keep = [0] * B
+        for _, r, _ in nodes[:best_n]:
+            keep[r] += 1
+        return [d.first(n) for d, n in zip(drafts, keep)]
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """The rows that stay; every other row finished, and its output joins the global structure."""
@@ -184,7 +243,8 @@ class SuffixDraft:
     def propose(self, contexts, k: int, params, u) -> Proposal:
         """Chains: every row's most frequent path, up to k tokens (none without a match)."""
         self._sync(contexts)
-        self.last = [self.draft(c, own, k, 1, k) if k else Draft([], [], [], []) for c, own in zip(contexts, self.rows)]
+        self.last = self.sized([self.draft(c, own, k, 1, k) if k else Draft([], [], [], [])
+                                for c, own in zip(contexts, self.rows)])
         n = [len(d.tokens) for d in self.last]
         tokens = torch.tensor([d.tokens + [-1] * (k - len(d.tokens)) for d in self.last],
                               dtype=torch.long).view(len(n), k)  # [B, k]
@@ -194,7 +254,7 @@ class SuffixDraft:
     def propose_tree(self, contexts, k: int, width: int, nodes: int, params) -> TokenTree:
         """Every row's tree: depth <= the rule's bound (<= k), <= width children per node, <= nodes nodes."""
         self._sync(contexts)
-        self.last = [self.draft(c, own, k, width, nodes) for c, own in zip(contexts, self.rows)]
+        self.last = self.sized([self.draft(c, own, k, width, nodes) for c, own in zip(contexts, self.rows)])
         tree = TokenTree.from_rows([list(zip(d.tokens, d.parents)) for d in self.last], self.device,
                                    probs=[d.probs for d in self.last], rank=[d.ranks for d in self.last])
         tree.origin = ["suffix"] * sum(len(d.tokens) for d in self.last)

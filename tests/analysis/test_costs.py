@@ -64,3 +64,27 @@ def test_costs_charge_a_draft_forward_as_the_draft_loop_runs_it_and_regular_step
 def test_a_format_one_record_charges_regular_steps_the_speculative_overhead_and_the_bare_draft_forward():
     old = record(format=1, overhead={"1": 0.002})
     assert old.costs(1).regular_overhead is None and old.costs(1).draft(1, 1) == CM(1, 1)
+
+
+def test_a_model_free_draft_finds_its_targets_cost_in_any_pairs_newest_current_record(monkeypatch, tmp_path):
+    import json
+    import types
+
+    import torch
+
+    from specviz.analysis.costs import calibration_path, target_cost
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    target = types.SimpleNamespace(name="t", device=torch.device("cpu"), dtype=torch.float32)
+    assert target_cost(target) is None  # no record at all
+    newer, older = CostModel(0.002, 0.02, 2e-5), CostModel(0.003, 0.03, 3e-5)
+    for draft, cost, created, fmt in (("ngram", older, "2026-01-01T00:00:00Z", FORMAT),
+                                      ("d2", newer, "2026-02-01T00:00:00Z", FORMAT),
+                                      ("d3", CM, "2026-03-01T00:00:00Z", FORMAT - 1)):  # newest, but stale
+        p = calibration_path("t", draft, "cpu", "float32")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(record(draft=draft, target_cost=cost, created=created, format=fmt).to_json()))
+    other = calibration_path("t2", "ngram", "cpu", "float32")  # another target's record is not this one's
+    other.write_text(json.dumps(record(target="t2", target_cost=CM, created="2026-04-01T00:00:00Z").to_json()))
+    assert target_cost(target) == newer
+    assert target_cost(types.SimpleNamespace(name="t", device=torch.device("cpu"), dtype=torch.bfloat16)) is None

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specviz.common import SpecvizError
+from specviz.analysis.analytic import CostModel
 from specviz.engine.suffix import PROMPT_TAIL, SuffixDraft, grow
 from specviz.engine.suffixindex import Corpus, Occurrences
 from specviz.engine.step import TreeShape
@@ -89,6 +90,46 @@ def test_the_depth_is_bounded_by_factor_times_the_match_length():
     assert d.match == 5 and d.tokens == [6, 7, 8, 7, 1] and d.source == "request"
     assert draft.draft(ctx, draft.rows[0], k=3, width=1, nodes=8).tokens == [6, 7, 8]  # and by k
     assert SuffixDraft(factor=0.5).draft(ctx, draft.rows[0], k=8, width=1, nodes=8).tokens == [6, 7]  # 0.5 x 5
+
+
+def _drafts():
+    """Two rows' drafts: a sure three-token chain, and a tree of one sure node and a rare tail."""
+    conts = [[1, 2, 3]] * 4
+    sure = grow(conts, depth=3, width=1, nodes=3, min_prob=0.1)
+    mixed = grow([[7, 8]] * 6 + [[7, 9, 9]] * 2 + [[5]] * 2, depth=3, width=2, nodes=8, min_prob=0.1)
+    return [sure, mixed]
+
+
+def test_with_free_verify_tokens_goodput_keeps_every_node():
+    draft = SuffixDraft(costs=CostModel(t_fixed=0.02, t_mem=0.01, t_token=0.0001))  # flat far past these widths
+    drafts = _drafts()
+    assert draft.sized(drafts) == drafts
+    assert SuffixDraft().sized(drafts) == drafts  # no costs: the depth rule alone
+
+
+def test_where_verified_tokens_cost_goodput_keeps_the_likeliest_nodes_as_prefixes():
+    draft = SuffixDraft(costs=CostModel(t_fixed=0.02, t_mem=0.0, t_token=0.004))  # a token: a fifth of a step
+    sure, mixed = drafts = _drafts()
+    pp = mixed.path_probs()
+    assert pp == sorted(pp, reverse=True)  # best-first: a prefix is the likeliest nodes
+    kept = draft.sized(drafts)
+    assert kept[0] == sure  # path probability 1: always worth a fifth of a step
+    assert 0 < len(kept[1].tokens) < len(mixed.tokens)  # the rare tail (0.2, 0.2) is not
+    assert kept[1].tokens == mixed.tokens[: len(kept[1].tokens)] and kept[1].score == pytest.approx(sum(pp[:len(kept[1].tokens)]))
+    expensive = SuffixDraft(costs=CostModel(t_fixed=0.0, t_mem=0.0, t_token=0.01))  # a token: a whole step
+    assert [d.tokens for d in expensive.sized(drafts)] == [[], []]  # nothing drafted pays
+
+
+def test_the_calibration_learns_how_far_the_counts_overstate_acceptance():
+    draft = SuffixDraft()
+    draft.start([[1, 2, 3]])
+    assert draft.calibration == 1.0  # no evidence yet: the counts as they are
+    draft.last = [grow([[4, 5, 6]], depth=3, width=1, nodes=3, min_prob=0.1)]  # expected 3 by the counts
+    for _ in range(8):
+        draft.commit([1], [[4, 5]])  # one accepted of the three, step after step
+    assert draft.calibration == pytest.approx((8 + 8) / (24 + 8))
+    draft.start([[1]])
+    assert draft.calibration == 1.0  # a new run calibrates afresh
 
 
 def test_an_empty_match_drafts_nothing_and_the_step_verifies_only_the_last_token():

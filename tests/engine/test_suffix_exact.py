@@ -4,6 +4,7 @@ equals plain greedy at B = 1; a divergence only at a reported near-tie."""
 
 import pytest
 
+from specviz.analysis.analytic import CostModel
 from specviz.engine.suffix import SuffixDraft
 from specviz.engine.step import TreeShape
 from specviz.measure.correctness import compare
@@ -44,3 +45,15 @@ def test_suffix_requests_through_a_queue_equal_batch_one_greedy(target, prompt_i
     assert draft.corpus.requests == 13  # every finished request joined the global structure
     repeats = dec.rows[8:]  # requests 8..12 repeat prompts 0..4, answered while the first ones are in the corpus
     assert sum(r.accepted for r in repeats) > sum(r.accepted for r in dec.rows[:5])
+
+
+@pytest.mark.parametrize("tree", [None, TreeShape(3, 8)], ids=["chain", "tree"])
+def test_suffix_rows_sized_by_goodput_equal_batch_one_greedy(target, prompt_ids, references, tree):
+    """A cost where every verified token costs a tenth of a step: the batch drafts fewer nodes, and stays exact."""
+    rows = [prompt_ids[i % len(prompt_ids)] for i in range(8)]
+    draft = SuffixDraft(costs=CostModel(t_fixed=0.01, t_mem=0.0, t_token=0.001))
+    dec = decoder_for_ids(target, draft, rows, 8, MAX_NEW, lanes=8, tree=tree)
+    for _ in dec.steps():
+        pass
+    assert_exact(compare(target, rows, [r.output for r in dec.rows], references[:8]))
+    assert sum(r.accepted for r in dec.rows) > 0
