@@ -33,8 +33,10 @@ estimated acceptance, n chosen for the most expected tokens per second, (B + sum
 T_target(B + n tokens): SmartSpec's goodput (arXiv 2406.14066) over nodes instead of one k for all rows, so
 one row's long match does not buy the whole batch a wide verify, and a row's unlikely tail is dropped where
 a verified token costs time (a CPU past its knee). A node's estimate is its path probability times the run's
-calibration (accepted / expected over the steps so far, shrunk toward 1 by CAL_PRIOR tokens, at most 1),
-since counts from one or two occurrences overstate the chance. A row's path probabilities fall along its
+calibration (accepted / expected over the recent steps, shrunk toward 1 by CAL_PRIOR tokens, at most 1),
+since counts from one or two occurrences overstate the chance. Both sums fade by CAL_DECAY every step, drafted
+or not: a run whose drafts stopped paying drafts nothing for a while, then tries again (without the fading,
+one bad stretch would stop drafting for good, nothing left to learn from). A row's path probabilities fall along its
 draft order (best-first), so the kept nodes of a row are a prefix of its draft: still a tree.
 
 No match, or no node above min_prob: the row drafts nothing (a zero-length proposal). No model runs in
@@ -65,6 +67,7 @@ from specviz.engine.tree import TokenTree
 
 FACTOR = 4.0  # the depth rule's factor (module docstring)
 CAL_PRIOR = 8.0  # expected tokens of prior (ratio 1) in the calibration of path probabilities (module docstring)
+CAL_DECAY = 0.95  # weight the calibration's sums keep each step (memory ~20 steps; module docstring)
 PROMPT_TAIL = 16  # prompt tokens stored before a finished request's output in the global structure
 
 
@@ -191,7 +194,10 @@ class SuffixDraft:
 
     def sized(self, drafts: list[Draft]) -> list[Draft]:
         """The batch's drafts cut to the goodput-best node count (module docstring); unchanged without costs."""
-        if self.costs is None or not any(d.tokens for d in drafts):
+        if self.costs is None:
+            return drafts
+        self.expected, self.accepted = self.expected * CAL_DECAY, self.accepted * CAL_DECAY
+        if not any(d.tokens for d in drafts):
             return drafts
         cal = self.calibration
         nodes = sorted(((-min(1.0, cal * p), r, i) for r, d in enumerate(drafts) for i, p in enumerate(d.path_probs())))

@@ -132,6 +132,20 @@ def test_the_calibration_learns_how_far_the_counts_overstate_acceptance():
     assert draft.calibration == 1.0  # a new run calibrates afresh
 
 
+def test_after_a_stretch_of_drafts_that_did_not_pay_the_batch_drafts_again_later():
+    """The calibration's sums fade each step, drafted or not: a run that stopped drafting tries again."""
+    draft = SuffixDraft(costs=CostModel(t_fixed=0.02, t_mem=0.0, t_token=0.004))
+    draft.start([[1]])
+    draft.expected, draft.accepted = 100.0, 0.0  # every recent draft rejected
+    sure = _drafts()[:1]
+    assert draft.sized(sure)[0].tokens == []  # not worth a verified token now
+    steps = 1
+    while not draft.sized(sure)[0].tokens:
+        steps += 1
+        assert steps < 200
+    assert 10 < steps < 100  # some tens of steps later (CAL_DECAY 0.95 a step)
+
+
 def test_an_empty_match_drafts_nothing_and_the_step_verifies_only_the_last_token():
     target = tiny_llama()
     draft = SuffixDraft()
