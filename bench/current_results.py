@@ -48,7 +48,16 @@ COMMANDS = {
     "llamacpp-b1": "specviz bench --peer llamacpp --prompts bench/results/llamacpp-peer-2026-12-06/prompts.jsonl "
                    "--max-new-tokens 96 --repeats 2 --dtype bfloat16 --batch-size 1 --peer-weights bf16,q4_1 "
                    "--peer-modes regular,lookup,draft --json",
+    "llamacpp-b8": "specviz bench --peer llamacpp --prompts bench/results/llamacpp-peer-2026-12-06/prompts.jsonl "
+                   "--max-new-tokens 96 --repeats 2 --dtype bfloat16 --batch-size 8 --peer-weights bf16,q4_1 "
+                   "--peer-modes regular --json",
+    "bf16-kernel": "bench/bf16_kernel.py --rounds 3 --max-new-tokens 64",
     "suffix": "bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96",
+    "suffix-goodput": "specviz calibrate --draft ngram --dtype bfloat16 --device cpu --batch-sizes 1,2,4,8 --k-max 8, then "
+                      'bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96 --batch-sizes 8,1 --no-chat '
+                      '--arms "ngram;suffix;suffix, k = 12;suffix, k = 12, goodput"',
+    "suffix-goodput-b8": 'bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96 --batch-sizes 8 --no-chat '
+                         '--arms "suffix;suffix, k = 12;suffix, k = 12, goodput" (after suffix-goodput\'s calibration)',
     "trees": f"bench/trees.py --prompts {FREEFORM} --batch-size 1 --rounds 3 --drafts token:{TOKEN},old:OLD,wide:{FEATURE} "
              "--chains 2 --trees 3:2:6,3:4:12",
 }
@@ -166,16 +175,33 @@ def vllm_cpu() -> list[str]:
 
 def llama_cpp() -> list[str]:
     """`bench --peer llamacpp --json`: every arm against our regular decoding in the same rounds."""
-    out = ["| arm | tokens/s | decode tokens/s | vs ours regular (median) | spread | acceptance | rounds | commit | "
-           "machine | command |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, log, command, machine in (("llamacpp-peer-2026-12-06", "b1.json", "llamacpp-b1", EPYC),):
+    out = ["| lanes | arm | tokens/s | decode tokens/s | vs ours regular (median) | spread | acceptance | rounds | "
+           "commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for folder, log, command, machine in (("llamacpp-peer-2026-12-07", "b1.json", "llamacpp-b1", EPYC),
+                                          ("llamacpp-peer-2026-12-07", "b8.json", "llamacpp-b8", EPYC)):
         j = json.loads((RESULTS / folder / log).read_text())
         commit = (RESULTS / folder / "commit.txt").read_text().strip()
         for name, a in j["arms"].items():
             acc = "–" if a["acceptance_rate"] is None else f"{a['acceptance_rate']:.3f}"
-            out.append(f"| {name} | {a['tokens_per_s']:.1f} | {a['decode_tokens_per_s']:.1f} | "
+            out.append(f"| {j['lanes']} | {name} | {a['tokens_per_s']:.1f} | {a['decode_tokens_per_s']:.1f} | "
                        f"**{a['ratio_to_ours_regular']:.2f}x** | {spread(a['rounds_ratio'])} | {acc} | "
                        f"{len(a['rounds_ratio'])} | {commit} | {machine} | {command} |")
+    return out
+
+
+def bf16_kernel() -> list[str]:
+    """bench/bf16_kernel.py --json: our bf16 kernel against F.linear, interleaved, per batch size and arm."""
+    folder = "bf16-kernel-2026-12-07"
+    j = json.loads((RESULTS / folder / "b1-b8.json").read_text())
+    commit = (RESULTS / folder / "commit.txt").read_text().strip()
+    out = ["| B | arm | F.linear tok/s (median) | kernel tok/s (median) | kernel / F.linear (median) | spread | "
+           "rounds | commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for b, r in j["by_batch"].items():
+        for arm, ratios in r["kernel_over_plain"].items():
+            label = "regular" if arm == "regular" else f"default {arm}"
+            out.append(f"| {b} | {label} | {statistics.median(r['tok_s'][f'plain {arm}']):.1f} | "
+                       f"{statistics.median(r['tok_s'][f'kernel {arm}']):.1f} | **{statistics.median(ratios):.2f}x** | "
+                       f"{spread(ratios)} | {len(ratios)} | {commit} | {EPYC} | bf16-kernel |")
     return out
 
 
@@ -192,17 +218,20 @@ def suffix_tables(path: Path) -> list[dict]:
 
 
 def suffix() -> list[str]:
-    folder = "suffix-hybrid-2026-12-05"
     out = ["| workload | B | draft (k) | vs regular (median) | spread over rounds | acceptance | draft ms / step | "
            "rounds | commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for t in suffix_tables(RESULTS / folder / "out.txt"):
-        for arm, r in t["rows"].items():
-            if arm == "regular":
-                continue
-            label = arm if ", k = " in arm else f"{arm} (k = {t['k']})"
-            out.append(f"| {t['set']} | {t['B']} | {label.replace(', k = ', ' (k = ') + (')' if ', k = ' in arm else '')} | "
-                       f"**{r['ratio']}** | {r['spread']} | {'–' if r['acceptance'] == 'nan' else r['acceptance']} | "
-                       f"{r['ms']} | 2 | a310ff7 | {XEON} | suffix |")
+    for folder, machine, command in (("suffix-goodput-2026-12-07b", EPYC, "suffix-goodput-b8"),
+                                     ("suffix-goodput-2026-12-07", EPYC, "suffix-goodput"),
+                                     ("suffix-hybrid-2026-12-05", XEON, "suffix")):
+        commit = (RESULTS / folder / "commit.txt").read_text().strip()
+        for t in suffix_tables(RESULTS / folder / "out.txt"):
+            for arm, r in t["rows"].items():
+                if arm == "regular":
+                    continue
+                label = arm if ", k = " in arm else f"{arm} (k = {t['k']})"
+                out.append(f"| {t['set']} | {t['B']} | {label.replace(', k = ', ' (k = ') + (')' if ', k = ' in arm else '')} | "
+                           f"**{r['ratio']}** | {r['spread']} | {'–' if r['acceptance'] == 'nan' else r['acceptance']} | "
+                           f"{r['ms']} | 2 | {commit} | {machine} | {command} |")
     return out
 
 
@@ -246,11 +275,17 @@ def section() -> str:
              *vllm_cpu(), "",
              "### Against llama.cpp", "",
              "llama-cpp-python 0.3.36 (`bash setup.sh --llamacpp`) on GGUFs of the same weights: `bf16` the same bits "
-             "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one lane, "
-             "8 free-form prompts, 96 new tokens, greedy, 2 threads each side, ours in bf16 with the default pair "
-             "(`ours default k=2`); "
+             "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one lane "
+             "or 8 (llama.cpp batches its lanes in one context; at 8 lanes it runs regular decoding only), "
+             "8 free-form prompts, 96 new tokens, greedy, 2 threads each side, ours in bf16 (through our bf16 kernel, "
+             "below) with the default pair (`ours default k=2`); "
              "llama.cpp's `draft` drafts with the packaged target at 4 bits (it cannot read our distilled draft):", "",
              *llama_cpp(), "",
+             "### bf16 on an AVX2 CPU: our kernel against F.linear", "",
+             "Where oneDNN cannot pack bf16 (AVX2 only, no AVX-512), bf16 linears run through our kernel "
+             "(`specviz/models/bf16linear.py`); `SPECVIZ_BF16_KERNEL=0` gives torch's `F.linear`. Both in one process, "
+             "interleaved, the 8 free-form prompts above, 64 new tokens, greedy:", "",
+             *bf16_kernel(), "",
              "### Suffix decoding and the hybrid, on predictable workloads and on chat", "",
              "`suffix` (model-free, learns from the prompt and earlier outputs), prompt lookup (`ngram`), the `default` "
              "token draft and the hybrid (`default+suffix`), each against regular decoding; 8 prompts per set that the "
@@ -258,8 +293,11 @@ def section() -> str:
              "suffix draft drafts at most min(k, 4 L) deep for a match of L tokens, so it appears both at the shared "
              "k = 4 and at its own cap k = 12, and at k = 12 also with factor 1 (min(k, L), Arctic Inference's default "
              "and the hybrid's). `hybrid tree`: the hybrid's token trees (width 2, 8 nodes), one draft per row or one "
-             "merged tree. This is a different machine from the tables above (a 2-core Intel Xeon with AMX, where bf16 "
-             "regular decoding runs about twice as fast):", "",
+             "merged tree. `goodput`: the suffix draft at its cap with `--policy goodput`, which keeps each step only "
+             "the batch's likeliest drafted tokens that pay by the target's calibrated cost. The first rows are on the "
+             "AMD EPYC of the tables above with our bf16 kernel; the rows after them on a 2-core Intel Xeon with AMX "
+             "(oneDNN's bf16), where bf16 regular decoding ran at about 33 tokens/s at B = 1 (23-28 on the EPYC with "
+             "the kernel, the entries of 2026-12-07):", "",
              *suffix(), "",
              "### Token trees vs chains", "",
              "Batch size 1, the 24 free-form prompts, 48 new tokens; chains and trees of depth k, width W, N nodes:", "",

@@ -48,14 +48,15 @@ def draft_ms(traces: list[dict]) -> float | None:
 
 
 def arms_for(target, prompts, B, k, max_new, drafts: dict, trees: bool):
-    """{label: arm}: regular, then each draft (label -> proposer, or -> (proposer, its own k)), chains; with
+    """{label: arm}: regular, then each draft (label -> proposer, or -> (proposer, its own k[, its policy])),
+    chains; with
     ``trees`` the hybrid's trees too."""
     base = RunConfig(target="default", dtype=str(target.dtype).removeprefix("torch."), prompts=prompts, batch_size=B,
                      draft_length=k, max_new_tokens=max_new)
     cfgs = {"regular": (dataclasses.replace(base, mode="regular", draft="none"), None)}
     for label, proposer in drafts.items():
-        proposer, own_k = proposer if isinstance(proposer, tuple) else (proposer, k)
-        cfgs[label] = (dataclasses.replace(base, draft_length=own_k), proposer)
+        proposer, own_k, policy = (proposer + ("fixed",))[:3] if isinstance(proposer, tuple) else (proposer, k, "fixed")
+        cfgs[label] = (dataclasses.replace(base, draft_length=own_k, policy=policy), proposer)
     if trees:
         tree = dataclasses.replace(base, tree_width=2, tree_nodes=8)
         cfgs["hybrid tree (per row)"] = (tree, drafts["default+suffix"])
@@ -102,9 +103,9 @@ def main() -> None:
                                                                a.suffix_draft_length),
                       f"suffix, k = {a.suffix_draft_length}, factor 1": (hybrid_suffix(target), a.suffix_draft_length),
                       "default": model, "default+suffix": HybridDraft(model, hybrid_suffix(target))}
-            if costs is not None:
+            if costs is not None:  # run.make_decoder gives the draft the target's cost under this policy
                 drafts[f"suffix, k = {a.suffix_draft_length}, goodput"] = (
-                    SuffixDraft(device=target.device, costs=costs), a.suffix_draft_length)
+                    SuffixDraft(device=target.device), a.suffix_draft_length, "goodput")
             if keep is not None:
                 drafts = {label: d for label, d in drafts.items() if label in keep}
             trees = B == 1 and name == "edit-code" and "default+suffix" in drafts and "default" in drafts
