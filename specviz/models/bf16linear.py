@@ -12,8 +12,8 @@ Its sums are fp32 in a fixed order per output, the same whatever the row count (
 but not ``F.linear``'s order: bf16 outputs differ from the plain path's by float rounding (tests
 bound it). fp32 runs never use it, so the fp32 exactness checks are unchanged.
 
-Built once per machine with torch's C++ extension builder (g++ and ninja; about a minute) into
-``~/.cache/specviz/ext``; where it cannot be built (no compiler, not x86 with AVX2/FMA) the plain
+Built once per machine with torch's C++ extension builder (g++ and ninja; about a minute) into torch's
+extension folder (``TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``); where it cannot be built (no compiler, not x86 with AVX2/FMA) the plain
 ``F.linear`` runs, with one line saying why. ``SPECVIZ_BF16_KERNEL=0`` turns it off.
 """
 
@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 
-from specviz.common import cache_dir
 
 SOURCE = Path(__file__).with_name("bf16_linear.cpp")
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
@@ -48,11 +47,9 @@ def module():
     """The built extension, or None (with one line on stderr) where it cannot be built."""
     from torch.utils import cpp_extension  # imported on first use: it pulls in setuptools
 
-    build = cache_dir() / "ext" / f"bf16_linear-torch{torch.__version__.split('+')[0]}"
-    build.mkdir(parents=True, exist_ok=True)
-    try:
-        return cpp_extension.load("specviz_bf16_linear", [str(SOURCE)], extra_cflags=FLAGS,
-                                  build_directory=str(build), verbose=False)
+    try:  # into torch's extension folder (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions), rebuilt when
+        # the source or torch changes; not under SPECVIZ_CACHE, so a process with a fresh cache folder reuses it
+        return cpp_extension.load("specviz_bf16_linear", [str(SOURCE)], extra_cflags=FLAGS, verbose=False)
     except Exception as e:  # noqa: BLE001 - any build failure means: the plain path
         print(f"specviz: bf16 kernel not built ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
               "bf16 linears run through F.linear", file=sys.stderr)
