@@ -186,18 +186,18 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     policy_name = cfg.policy if proposer is not None else "fixed"
     if getattr(proposer, "kind", None) == "suffix":
         proposer.costs = None  # a draft kept across runs (the app's) sizes by goodput only when this run asks
-    if cfg.policy in COST_AWARE and getattr(proposer, "kind", None) == "suffix":
-        from specviz.analysis.costs import target_cost
+        if cfg.policy in COST_AWARE:
+            from specviz.analysis.costs import target_cost
 
-        # a model-free draft: drafting costs nothing, so k is the cap and the batch's node count is chosen
-        # each step by goodput from the target's cost (specviz.engine.suffix)
-        proposer.costs, policy_name = target_cost(target), "fixed"
-        if proposer.costs is None:
-            import warnings
+            # a model-free draft: drafting costs nothing, so k is the cap and the batch's node count is chosen
+            # each step by goodput from the target's cost (specviz.engine.suffix)
+            proposer.costs, policy_name = target_cost(target), "fixed"
+            if proposer.costs is None:
+                import warnings
 
-            warnings.warn(f"policy {cfg.policy!r}: no calibration of {target.name} on {target.device} "
-                          f"({target.dtype}); the suffix draft drafts to k until `python -m specviz calibrate` "
-                          "runs for a pair with this target", stacklevel=2)
+                warnings.warn(f"policy {cfg.policy!r}: no calibration of {target.name} on {target.device} "
+                              f"({target.dtype}); the suffix draft drafts to k until `python -m specviz calibrate` "
+                              "runs for a pair with this target", stacklevel=2)
     elif cfg.policy in COST_AWARE and proposer is not None and "costs" not in cargs:
         from specviz.analysis.costs import load_calibration, partial_note
 

@@ -3,18 +3,18 @@
 On such a CPU (an AMD EPYC with AVX2 only, most laptops before 2023) oneDNN cannot pack bf16 weights
 (``packed.cpu_packs_bf16`` is false) and ``F.linear`` on bf16 runs at about 15 GFLOP/s at any row
 count: one token of SmolLM2-135M costs ~15 ms of matmul whether it is a decode step's only token or
-one of a verify's many, so a bf16 decode step ran at ~30 ms against a memory floor near 10 ms, and
-every verified token cost half a regular step (the calibrated t_token). The kernel widens each bf16
-weight to fp32 in registers and runs fp32 FMAs: the weights cross the bus at 2 bytes (a decode step
-near the memory floor) and a wide verify runs at fp32's arithmetic rate (``bench/bf16_linear.py``).
+one of a verify's many, so every verified token cost about a third of a regular step (the calibrated
+t_token, 14.8 ms against 37.7 ms fixed). The kernel widens each bf16 weight to fp32 in registers and runs
+fp32 FMAs: the weights cross the bus at 2 bytes and a wide verify runs at fp32's arithmetic rate
+(``bench/bf16_kernel.py``; BENCHMARKS.md, "bf16 on an AVX2 CPU").
 
 Its sums are fp32 in a fixed order per output, the same whatever the row count (batch invariant),
 but not ``F.linear``'s order: bf16 outputs differ from the plain path's by float rounding (tests
 bound it). fp32 runs never use it, so the fp32 exactness checks are unchanged.
 
 Built once per machine with torch's C++ extension builder (g++ and ninja; about a minute) into torch's
-extension folder (``TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``); where it cannot be built (no compiler, not x86 with AVX2/FMA) the plain
-``F.linear`` runs, with one line saying why. ``SPECVIZ_BF16_KERNEL=0`` turns it off.
+extension folder (``TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``); where it cannot be built
+(no compiler, not x86 with AVX2/FMA) the plain ``F.linear`` runs, with one line saying why. ``SPECVIZ_BF16_KERNEL=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from pathlib import Path
 
 import torch
 
-
 SOURCE = Path(__file__).with_name("bf16_linear.cpp")
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 
 
+@functools.cache
 def cpu_has_avx2() -> bool:
     """AVX2 and FMA on this CPU (torch's own dispatch check), and x86."""
     return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
