@@ -30,7 +30,7 @@ RUN_FLAGS = [
                               "folder, or any model SPEC")),
         ("--device", dict(default="auto", metavar="DEVICE", help="auto, cpu, cuda or cuda:N")),
         ("--dtype", dict(default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                         help="auto: bfloat16 on GPUs and on CPUs with fast bf16, else float32")),
+                         help="auto: bfloat16 on GPUs and on CPUs where bf16 runs faster (native bf16, or AVX2 with our bf16 kernel built), else float32")),
         ("--device-map", dict(default="none", choices=["none", "auto"],
                               help="auto: the target spread over every GPU, then CPU memory, then disk (accelerate)")),
         ("--cuda-graphs", dict(action="store_true",

@@ -15,6 +15,7 @@ bound it). fp32 runs never use it, so the fp32 exactness checks are unchanged.
 Built once per machine with torch's C++ extension builder (g++ and ninja; about a minute) into torch's
 extension folder (``TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``); where it cannot be built
 (no compiler, not x86 with AVX2/FMA) the plain ``F.linear`` runs, with one line saying why. ``SPECVIZ_BF16_KERNEL=0`` turns it off.
+Where it is built, ``--dtype auto`` picks bf16 on such a CPU (``loading.cpu_has_fast_bf16``); setup.sh builds it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def module():
     """The built extension, or None (with one line on stderr) where it cannot be built."""
     from torch.utils import cpp_extension  # imported on first use: it pulls in setuptools
 
+    if not _built():
+        print("specviz: building the bf16 kernel for this CPU (once per machine; about a minute)", file=sys.stderr)
     try:  # into torch's extension folder (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions), rebuilt when
         # the source or torch changes; not under SPECVIZ_CACHE, so a process with a fresh cache folder reuses it
         return cpp_extension.load("specviz_bf16_linear", [str(SOURCE)], extra_cflags=FLAGS, verbose=False)
@@ -54,6 +57,29 @@ def module():
         print(f"specviz: bf16 kernel not built ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
               "bf16 linears run through F.linear", file=sys.stderr)
         return None
+
+
+def _built() -> bool:
+    """A build of the kernel is in torch's extension folder (it may still be rebuilt if the source changed)."""
+    from torch.utils import cpp_extension
+
+    try:  # a private helper of torch's builder: where it fails, the build message shows anyway
+        folder = Path(cpp_extension._get_build_directory("specviz_bf16_linear", False))
+    except Exception:  # noqa: BLE001
+        return False
+    return (folder / "specviz_bf16_linear.so").is_file()
+
+
+def prepare() -> int:
+    """setup.sh's step: build the kernel now where it would be used, so the first run does not wait for it."""
+    from specviz.models import packed  # packed imports this module
+
+    if not wanted() or packed.cpu_packs_bf16():
+        return 0
+    ok = module() is not None
+    print("specviz: bf16 kernel " + ("ready" if ok else "not built; bf16 on this CPU runs through F.linear "
+                                      "and --dtype auto picks float32"), file=sys.stderr)
+    return 0
 
 
 def available() -> bool:

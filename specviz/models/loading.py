@@ -81,12 +81,20 @@ def resolve_device(device: str) -> torch.device:
 
 
 def cpu_has_fast_bf16() -> bool:
-    """AVX-512 bf16 or AMX: bf16 matmuls run ~2x faster than fp32 on such CPUs."""
+    """bf16 runs faster than fp32 on this CPU: native bf16 products (AVX-512 bf16 or AMX, ~2x), or an
+    AVX2 CPU where oneDNN cannot pack bf16 and our bf16 kernel is built (specviz.models.bf16linear; on a
+    2-core AVX2 EPYC regular decoding ran ~1.75x fp32's tokens/s at B = 1 and ~1.8x at B = 8, BENCHMARKS.md
+    "--dtype auto on an AVX2 CPU"). The first call on a machine without the kernel builds it (about a minute,
+    said on stderr; setup.sh builds it beforehand)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+        flags = ""
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        return True
+    from specviz.models import bf16linear, packed
+
+    return packed.enabled_here() and not packed.cpu_packs_bf16() and bf16linear.available()
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -37,11 +37,15 @@ MAX_ROWS = 256  # more rows than this: F.linear (see the module docstring)
 FRESH_BYTES = 16 << 20  # a packed output layer writes fresh logits up to this size; past it, the reused buffer
 
 
+def enabled_here() -> bool:
+    """This module's path is not switched off (SPECVIZ_PACKED_WEIGHTS=0 sends bf16 CPU linears to F.linear)."""
+    return os.environ.get("SPECVIZ_PACKED_WEIGHTS", "1") != "0"
+
+
 def enabled(weight: torch.Tensor) -> bool:
     """Run this weight's linears here: bf16 on the CPU, not switched off, and oneDNN able to pack bf16
     or our AVX2 kernel built (checked once per forward)."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16
-            and os.environ.get("SPECVIZ_PACKED_WEIGHTS", "1") != "0"
+    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and enabled_here()
             and (cpu_packs_bf16() or bf16linear.available()))
 
 

@@ -143,3 +143,20 @@ def test_compiled_bf16_layers_call_the_kernel_and_give_the_eager_logits(monkeypa
         torch.testing.assert_close(a.float(), b.float(), atol=2e-2, rtol=2e-2)
     assert compiled.compiler().failed is None and len(fast.cache.runner) > 0  # the layers ran compiled
     assert any(mlp_calls)  # and called the kernel from the compiled graph
+
+
+def test_dtype_auto_picks_bf16_where_the_kernel_is_the_bf16_path_and_float32_when_it_is_off(monkeypatch):
+    from pathlib import Path
+
+    from specviz.models.loading import resolve_dtype
+
+    if packed.cpu_packs_bf16() or "avx512_bf16" in Path("/proc/cpuinfo").read_text():
+        pytest.skip("oneDNN packs bf16 here: the kernel is not this CPU's bf16 path")
+    cpu = torch.device("cpu")
+    assert resolve_dtype("auto", cpu) == torch.bfloat16
+    monkeypatch.setenv("SPECVIZ_BF16_KERNEL", "0")  # bf16 would run through F.linear: slower than fp32 here
+    assert resolve_dtype("auto", cpu) == torch.float32
+    monkeypatch.setenv("SPECVIZ_BF16_KERNEL", "1")
+    monkeypatch.setenv("SPECVIZ_PACKED_WEIGHTS", "0")
+    assert resolve_dtype("auto", cpu) == torch.float32
+    assert resolve_dtype("float32", cpu) == torch.float32  # an explicit dtype is kept
