@@ -1,14 +1,15 @@
-"""bf16 on an AVX2 CPU: our kernel (specviz.models.bf16linear) against F.linear, regular and speculative.
+"""bf16 on an AVX2 CPU: our kernels (specviz.models.bf16linear) against F.linear, regular and speculative.
 
     .venv/bin/python bench/bf16_kernel.py [--prompts FILE] [--batch-sizes 1,8] [--k 2] [--rounds 3]
                                           [--max-new-tokens 64] [--json OUT]
 
 In one process, interleaved (the order rotates every round), per batch size: regular decoding and the
-default pair at k through the CLI's engine (specviz.measure.bench.engine_arm), each with the kernel
-(SPECVIZ_BF16_KERNEL=1) and with plain F.linear (=0), the packaged target in bf16, greedy. Each arm sets
-the switch before it runs (the lean forward reads it every forward). Prints tokens/s per round, the
-kernel's speed-up per arm and speculative over regular within each side, and whether the kernel's greedy
-outputs equal the plain path's. Results: BENCHMARKS.md, "bf16 on an AVX2 CPU".
+default pair at k through the CLI's engine (specviz.measure.bench.engine_arm), on three sides: plain
+F.linear (SPECVIZ_BF16_KERNEL=0), the linear kernel alone (SPECVIZ_BF16_FUSED=0) and the kernel with the
+lean forward's other steps fused (both on, the default), the packaged target in bf16, greedy. Each arm
+sets the switches before it runs (the lean forward reads them every forward). Prints tokens/s per round,
+each side's speed-up over plain per arm, fused over the kernel alone, speculative over regular within
+each side, and whether greedy outputs equal the plain path's. Results: BENCHMARKS.md, "bf16 on an AVX2 CPU".
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from specviz.run import load_pair, read_prompts
 from specviz.runconfig import RunConfig
 
 
-def switched(arm, on: bool):
+SIDES = {"plain": {"SPECVIZ_BF16_KERNEL": "0"}, "kernel": {"SPECVIZ_BF16_KERNEL": "1", "SPECVIZ_BF16_FUSED": "0"},
+         "fused": {"SPECVIZ_BF16_KERNEL": "1", "SPECVIZ_BF16_FUSED": "1"}}
+
+
+def switched(arm, side: str):
     def run():
-        os.environ["SPECVIZ_BF16_KERNEL"] = "1" if on else "0"
+        os.environ.update(SIDES[side])
         return arm()
     return run
 
@@ -51,29 +56,30 @@ def main() -> None:
                          device="cpu", draft_length=a.k)
         base = dataclasses.replace(spec, mode="regular")
         arms = {}
-        for on, side in ((False, "plain"), (True, "kernel")):
-            os.environ["SPECVIZ_BF16_KERNEL"] = "1" if on else "0"
+        for side in SIDES:
+            os.environ.update(SIDES[side])
             warm_up(base, target, None)
             warm_up(spec, target, proposer)
-            arms[f"{side} regular"] = switched(engine_arm(base, target, None), on)
-            arms[f"{side} k={a.k}"] = switched(engine_arm(spec, target, proposer), on)
+            arms[f"{side} regular"] = switched(engine_arm(base, target, None), side)
+            arms[f"{side} k={a.k}"] = switched(engine_arm(spec, target, proposer), side)
         res = interleaved(arms, a.rounds, reference="plain regular",
                           on_round=lambda r, got: print(f"B={b} round {r + 1}: " + ", ".join(
                               f"{k} {v:.1f}" for k, v in got.items()), flush=True))
         med = {k: statistics.median(v.tok_s) for k, v in res.items()}
-        ratio = {k: [x / y for x, y in zip(res[f"kernel {k}"].tok_s, res[f"plain {k}"].tok_s)]
-                 for k in ("regular", f"k={a.k}")}
+        modes = ("regular", f"k={a.k}")
+        ratio = {f"{s} / {ref}, {m}": [x / y for x, y in zip(res[f"{s} {m}"].tok_s, res[f"{ref} {m}"].tok_s)]
+                 for s, ref in (("kernel", "plain"), ("fused", "plain"), ("fused", "kernel")) for m in modes}
         spec_over = {s: [x / y for x, y in zip(res[f"{s} k={a.k}"].tok_s, res[f"{s} regular"].tok_s)]
-                     for s in ("plain", "kernel")}
-        same = {k: outputs(res[f"kernel {k}"].traces[0]) == outputs(res[f"plain {k}"].traces[0])
-                for k in ("regular", f"k={a.k}")}
+                     for s in SIDES}
+        same = {f"{s} {m}": outputs(res[f"{s} {m}"].traces[0]) == outputs(res[f"plain {m}"].traces[0])
+                for s in ("kernel", "fused") for m in modes}
         print(f"B={b}: medians " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in med.items()))
         for k, xs in ratio.items():
-            print(f"B={b}: kernel / plain, {k}: {[round(x, 2) for x in xs]} median {statistics.median(xs):.2f}; "
-                  f"greedy outputs equal: {same[k]}")
+            print(f"B={b}: {k}: {[round(x, 2) for x in xs]} median {statistics.median(xs):.2f}")
+        print(f"B={b}: greedy outputs equal to plain's: {same}")
         for s, xs in spec_over.items():
             print(f"B={b}: {s}: k={a.k} / regular {[round(x, 2) for x in xs]} median {statistics.median(xs):.2f}")
-        out["by_batch"][b] = {"tok_s": {k: v.tok_s for k, v in res.items()}, "kernel_over_plain": ratio,
+        out["by_batch"][b] = {"tok_s": {k: v.tok_s for k, v in res.items()}, "ratios": ratio,
                               "spec_over_regular": spec_over, "outputs_equal": same}
     if a.json:
         with open(a.json, "w") as f:

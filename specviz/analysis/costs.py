@@ -24,8 +24,10 @@ RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench" / "results"  # where
 # the residual of the whole step after the fitted forwards, which the verify's run-to-run noise swamped), and
 # the record adds the regular step's own overhead and the draft loop's work per draft forward. Format 3: the
 # same fields; bf16 on an AVX2 CPU now runs through specviz.models.bf16linear (a verified token costs a
-# fraction of what it did), so every older record's costs are the old path's.
-FORMAT = 3
+# fraction of what it did), so every older record's costs are the old path's. Format 4: the same fields; the
+# lean forward's norms, rotary, MLP activation and attention run fused there too (a bf16 step's fixed cost
+# fell), so format 3's costs are the unfused path's.
+FORMAT = 4
 
 
 @dataclasses.dataclass
@@ -110,7 +112,8 @@ def partial_note(target, proposer) -> str:
 
 def load_calibration(target, proposer) -> Calibration | None:
     """The calibration of this loaded pair on its device and dtype, or None."""
-    return read_calibration(calibration_path(target.name, getattr(proposer, "name", "none"), target.device, target.dtype))
+    draft = getattr(proposer, "name", "none")
+    return read_calibration(calibration_path(target.name, draft, target.device, target.dtype))
 
 
 def target_cost(target) -> CostModel | None:

@@ -1,4 +1,5 @@
-// y = x @ w.T for bf16 weights on an x86 CPU with AVX2 and FMA but no native bf16 dot product.
+// y = x @ w.T for bf16 weights on an x86 CPU with AVX2 and FMA but no native bf16 dot product, and the
+// lean forward's other steps around it (RMSNorm, silu(gate) * up, rotary, few-query attention) fused for bf16.
 // (specviz/models/bf16linear.py builds and loads this file; its docstring says why it exists.)
 //
 // Each weight is widened to fp32 in registers (a bf16 is the top half of an fp32) and multiplied in
@@ -10,6 +11,8 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace {
@@ -27,9 +30,10 @@ inline float hsum(__m256 v) {  // one fixed order for every output
 }
 
 // MB rows of x (fp32, K each) against NB rows of w (bf16, K each): y[m * ldy + n] for the block, rounded
-// to Y (fp32, or bf16 to nearest even as torch rounds).
+// to Y (fp32, or bf16 to nearest even as torch rounds); plus res[m * ldy + n] when given, rounded again (what
+// `res + y` computes on the rounded y).
 template <int MB, int NB, typename Y>
-inline void block(const float* x, const at::BFloat16* w, Y* y, int64_t K, int64_t ldy) {
+inline void block(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t K, int64_t ldy) {
   __m256 acc[MB][NB];
   for (int m = 0; m < MB; ++m)
     for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_setzero_ps();
@@ -44,41 +48,227 @@ inline void block(const float* x, const at::BFloat16* w, Y* y, int64_t K, int64_
     }
   }
   for (int m = 0; m < MB; ++m)
-    for (int n = 0; n < NB; ++n) y[m * ldy + n] = static_cast<Y>(hsum(acc[m][n]));
+    for (int n = 0; n < NB; ++n) {
+      const Y v = static_cast<Y>(hsum(acc[m][n]));
+      y[m * ldy + n] = res ? static_cast<Y>(static_cast<float>(res[m * ldy + n]) + static_cast<float>(v)) : v;
+    }
 }
 
 // NB weight rows against every row of x (pairs of rows, then the odd one).
 template <int NB, typename Y>
-inline void rows(const float* x, const at::BFloat16* w, Y* y, int64_t M, int64_t K, int64_t N) {
+inline void rows(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t M, int64_t K, int64_t N) {
   int64_t m = 0;
-  for (; m + 2 <= M; m += 2) block<2, NB>(x + m * K, w, y + m * N, K, N);
-  if (m < M) block<1, NB>(x + m * K, w, y + m * N, K, N);
+  for (; m + 2 <= M; m += 2) block<2, NB>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N);
+  if (m < M) block<1, NB>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N);
 }
 
 // Weight rows in blocks of NB over the threads; the last N % NB rows one by one.
 template <int NB, typename Y>
-void all_rows(const float* x, const at::BFloat16* w, Y* y, int64_t M, int64_t K, int64_t N) {
+void all_rows(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t M, int64_t K, int64_t N) {
   const int64_t blocks = N / NB;
   at::parallel_for(0, blocks, 64 / NB, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) rows<NB>(x, w + b * NB * K, y + b * NB, M, K, N);
+    for (int64_t b = b0; b < b1; ++b) rows<NB>(x, w + b * NB * K, y + b * NB, res ? res + b * NB : nullptr, M, K, N);
   });
-  for (int64_t n = blocks * NB; n < N; ++n) rows<1>(x, w + n * K, y + n, M, K, N);
+  for (int64_t n = blocks * NB; n < N; ++n) rows<1>(x, w + n * K, y + n, res ? res + n : nullptr, M, K, N);
 }
 
 template <typename Y>
-void run(const float* x, const at::BFloat16* w, Y* y, int64_t M, int64_t K, int64_t N) {
+void run(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t M, int64_t K, int64_t N) {
   if (M == 1) {
-    all_rows<8>(x, w, y, M, K, N);  // one row of x: more weight streams in flight (8 accumulators)
+    all_rows<8>(x, w, y, res, M, K, N);  // one row of x: more weight streams in flight (8 accumulators)
   } else {
-    all_rows<4>(x, w, y, M, K, N);  // 4 x 2 accumulators + 4 weights + x: 13 of 16 ymm
+    all_rows<4>(x, w, y, res, M, K, N);  // 4 x 2 accumulators + 4 weights + x: 13 of 16 ymm
   }
 }
 
+// ---- the lean forward's elementwise steps, fused, for bf16 rows on the same CPUs ---------------------------
+// Each rounds to bf16 where the eager torch ops it replaces round (the same bits wherever the arithmetic is
+// exact: products of two bf16, sums of two, negation), so the lean forward's bf16 output moves only by the
+// fp32 reductions and exp below. Rows are independent and each is computed in one fixed order (batch
+// invariant). Rows go to torch's threads in chunks large enough that one decode step's few rows stay on one.
+
+inline __m128i round_bf16(__m256 v) {  // 8 fp32 -> 8 bf16, to nearest even (finite values, as c10 rounds)
+  __m256i b = _mm256_castps_si256(v);
+  __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  b = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+  return _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+}
+
+inline __m256 bf16_round(__m256 v) {  // v rounded to bf16 and widened back: what a bf16 tensor holds
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(round_bf16(v)), 16));
+}
+
+inline void store_bf16(at::BFloat16* p, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), round_bf16(v));
+}
+
+// e^x for 8 floats: x = n ln2 + r, |r| <= ln2 / 2, e^r by its degree-6 Taylor polynomial (relative error
+// under 2e-7, below a bf16's half ulp of 2e-3), 2^n put in the exponent. Clamped to +-87 (fp32's range).
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(87.0f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 in two parts (Cephes' split)
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+constexpr int64_t ROW_GRAIN = 16;  // rows per thread chunk: a decode step's rows run on the calling thread
+
 }  // namespace
 
+// x [M, K] bf16, w [K] bf16 -> bf16(w * bf16(x * rsqrt(mean(x^2) + eps))) per row: transformers'
+// LlamaRMSNorm (norm in fp32, cast, then scale) in one pass.
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
+  const int64_t K = x.size(-1);
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16 && w.numel() == K && K % 8 == 0,
+              "rms_norm: bf16 x [..., K], bf16 w [K], K % 8 == 0");
+  x = x.contiguous();
+  w = w.contiguous();
+  auto y = torch::empty_like(x);  // [..., K]
+  const at::BFloat16 *xp = x.data_ptr<at::BFloat16>(), *wp = w.data_ptr<at::BFloat16>();
+  at::BFloat16* yp = y.data_ptr<at::BFloat16>();
+  at::parallel_for(0, x.numel() / K, ROW_GRAIN, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const at::BFloat16* xr = xp + r * K;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t k = 0; k < K; k += 8) {
+        __m256 v = widen(xr + k);
+        acc = _mm256_fmadd_ps(v, v, acc);
+      }
+      const __m256 inv = _mm256_set1_ps(1.0f / std::sqrt(hsum(acc) / K + static_cast<float>(eps)));
+      for (int64_t k = 0; k < K; k += 8)
+        store_bf16(yp + r * K + k, _mm256_mul_ps(widen(wp + k), bf16_round(_mm256_mul_ps(widen(xr + k), inv))));
+    }
+  });
+  return y;
+}
+
+// gu [..., 2N] bf16 (gate | up) -> [..., N] bf16(bf16(silu(gate)) * up): the MLP's F.silu(gate) * up.
+torch::Tensor silu_mul(torch::Tensor gu) {
+  const int64_t N2 = gu.size(-1), N = N2 / 2;
+  TORCH_CHECK(gu.scalar_type() == at::kBFloat16 && N2 % 16 == 0, "silu_mul: bf16 [..., 2N], N % 8 == 0");
+  gu = gu.contiguous();
+  auto sizes = gu.sizes().vec();
+  sizes.back() = N;
+  auto y = torch::empty(sizes, gu.options());  // [..., N]
+  const at::BFloat16* gp = gu.data_ptr<at::BFloat16>();
+  at::BFloat16* yp = y.data_ptr<at::BFloat16>();
+  const __m256 one = _mm256_set1_ps(1.0f);
+  at::parallel_for(0, gu.numel() / N2, ROW_GRAIN, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t n = 0; n < N; n += 8) {
+        __m256 g = widen(gp + r * N2 + n), u = widen(gp + r * N2 + N + n);
+        __m256 s = bf16_round(_mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)))));
+        store_bf16(yp + r * N + n, _mm256_mul_ps(s, u));
+      }
+  });
+  return y;
+}
+
+// qkv [R, heads, d] bf16, cos/sin [R, d] bf16 -> the first n heads rotated, [R, n, d] bf16:
+// bf16(bf16(x * cos) + bf16(rotate_half(x) * sin)), as the eager _rotate rounds.
+torch::Tensor rope(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, int64_t n) {
+  TORCH_CHECK(qkv.dim() == 3 && qkv.scalar_type() == at::kBFloat16 && cos.scalar_type() == at::kBFloat16 &&
+              sin.scalar_type() == at::kBFloat16, "rope: bf16 qkv [R, heads, d], bf16 cos/sin [R, d]");
+  const int64_t R = qkv.size(0), heads = qkv.size(1), d = qkv.size(2), half = d / 2;
+  TORCH_CHECK(n <= heads && half % 8 == 0 && cos.numel() == R * d && sin.numel() == R * d, "rope: shapes");
+  qkv = qkv.contiguous();
+  cos = cos.contiguous();
+  sin = sin.contiguous();
+  auto y = torch::empty({R, n, d}, qkv.options());  // [R, n, d]
+  const at::BFloat16 *xp = qkv.data_ptr<at::BFloat16>(), *cp = cos.data_ptr<at::BFloat16>(),
+                     *sp = sin.data_ptr<at::BFloat16>();
+  at::BFloat16* yp = y.data_ptr<at::BFloat16>();
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  at::parallel_for(0, R, ROW_GRAIN, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t h = 0; h < n; ++h) {
+        const at::BFloat16* x = xp + (r * heads + h) * d;
+        at::BFloat16* out = yp + (r * n + h) * d;
+        for (int64_t i = 0; i < half; i += 8) {
+          __m256 lo = widen(x + i), hi = widen(x + half + i);
+          __m256 c0 = widen(cp + r * d + i), c1 = widen(cp + r * d + half + i);
+          __m256 s0 = widen(sp + r * d + i), s1 = widen(sp + r * d + half + i);
+          // first half: x * cos + (-x_hi) * sin; second half: x * cos + x_lo * sin
+          store_bf16(out + i, _mm256_add_ps(bf16_round(_mm256_mul_ps(lo, c0)),
+                                            bf16_round(_mm256_mul_ps(_mm256_xor_ps(hi, sign), s0))));
+          store_bf16(out + half + i, _mm256_add_ps(bf16_round(_mm256_mul_ps(hi, c1)),
+                                                   bf16_round(_mm256_mul_ps(lo, s1))));
+        }
+      }
+  });
+  return y;
+}
+
+// Attention of a few new query slots per row over the cache: q [B, H, T, d], k/v [B, Hkv, L, d] (bf16, any
+// strides), allowed [B, T, L] bool -> [B, T, H * d] bf16. Query head h reads kv head h / (H / Hkv). In fp32:
+// scores q.k * scale over the allowed slots, softmax, the probabilities' weighted sum of v, rounded once
+// (what the eager path's fp32 matmuls and softmax compute, with its sums in another order).
+torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor allowed, double scale) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.scalar_type() == at::kBFloat16 &&
+              k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16 &&
+              allowed.scalar_type() == at::kBool, "attention: bf16 q [B, H, T, d], k/v [B, Hkv, L, d], bool mask");
+  q = q.contiguous();
+  k = k.contiguous();
+  v = v.contiguous();
+  allowed = allowed.contiguous();
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), d = q.size(3), Hkv = k.size(1), L = k.size(2);
+  TORCH_CHECK(d % 8 == 0 && H % Hkv == 0 && allowed.numel() == B * T * L, "attention: shapes");
+  auto y = torch::empty({B, T, H * d}, q.options());  // [B, T, H * d]
+  const at::BFloat16 *qp = q.data_ptr<at::BFloat16>(), *kp = k.data_ptr<at::BFloat16>(),
+                     *vp = v.data_ptr<at::BFloat16>();
+  const bool* mp = allowed.data_ptr<bool>();
+  at::BFloat16* yp = y.data_ptr<at::BFloat16>();
+  const int64_t G = H / Hkv, grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(1, T * L * d));
+  at::parallel_for(0, B * H, grain, [&](int64_t i0, int64_t i1) {
+    std::vector<float> p(L), acc(d);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / H, h = i % H, kvh = h / G;
+      const at::BFloat16 *kh = kp + (b * Hkv + kvh) * L * d, *vh = vp + (b * Hkv + kvh) * L * d;
+      for (int64_t t = 0; t < T; ++t) {
+        const at::BFloat16* qt = qp + ((b * H + h) * T + t) * d;
+        const bool* seen = mp + (b * T + t) * L;
+        float top = -INFINITY;
+        for (int64_t l = 0; l < L; ++l) {
+          if (!seen[l]) continue;
+          __m256 s = _mm256_setzero_ps();
+          for (int64_t j = 0; j < d; j += 8) s = _mm256_fmadd_ps(widen(qt + j), widen(kh + l * d + j), s);
+          p[l] = hsum(s) * static_cast<float>(scale);
+          top = std::max(top, p[l]);
+        }
+        float total = 0.0f;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t l = 0; l < L; ++l) {
+          if (!seen[l]) continue;
+          const float e = std::exp(p[l] - top);
+          total += e;
+          const __m256 ev = _mm256_set1_ps(e);
+          float* a = acc.data();
+          for (int64_t j = 0; j < d; j += 8)
+            _mm256_storeu_ps(a + j, _mm256_fmadd_ps(ev, widen(vh + l * d + j), _mm256_loadu_ps(a + j)));
+        }
+        const __m256 inv = _mm256_set1_ps(1.0f / total);
+        at::BFloat16* out = yp + (b * T + t) * H * d + h * d;
+        for (int64_t j = 0; j < d; j += 8) store_bf16(out + j, _mm256_mul_ps(_mm256_loadu_ps(acc.data() + j), inv));
+      }
+    }
+  });
+  return y;
+}
+
 // x [M, K] (bf16 or fp32), w [N, K] bf16, both contiguous, K % 8 == 0 -> y [M, N] in x's dtype, written
-// into out when given (contiguous, that shape and dtype: a caller's reused buffer).
-torch::Tensor linear(torch::Tensor x, torch::Tensor w, std::optional<torch::Tensor> out) {
+// into out when given (contiguous, that shape and dtype: a caller's reused buffer); res + y when res (a
+// residual of y's shape and dtype) is given.
+torch::Tensor linear(torch::Tensor x, torch::Tensor w, std::optional<torch::Tensor> out,
+                     std::optional<torch::Tensor> res) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "bf16_linear: x [M, K], w [N, K]");
   TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.is_contiguous(), "bf16_linear: w must be contiguous bf16");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "bf16_linear: x bf16 or fp32");
@@ -89,21 +279,32 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, std::optional<torch::Tens
     TORCH_CHECK(out->is_contiguous() && out->scalar_type() == x.scalar_type() && out->numel() == M * N,
                 "bf16_linear: out must be a contiguous [M, N] tensor of x's dtype");
   }
+  torch::Tensor r;  // [M, N] in x's dtype, or undefined
+  if (res) {
+    TORCH_CHECK(res->scalar_type() == x.scalar_type() && res->numel() == M * N, "bf16_linear: res must be [M, N]");
+    r = res->contiguous();
+  }
   auto y = out ? *out : torch::empty({M, N}, x.options());  // [M, N] in x's dtype
   const at::BFloat16* wp = w.data_ptr<at::BFloat16>();
   if (x.scalar_type() == at::kFloat) {
-    run(x.data_ptr<float>(), wp, y.data_ptr<float>(), M, K, N);
+    run(x.data_ptr<float>(), wp, y.data_ptr<float>(), r.defined() ? r.data_ptr<float>() : nullptr, M, K, N);
     return y;
   }
   static thread_local std::vector<float> xf;  // [M, K] x widened once: small next to w
   xf.resize(M * K);
   const at::BFloat16* xb = x.data_ptr<at::BFloat16>();
   for (int64_t i = 0; i < M * K; i += 8) _mm256_storeu_ps(xf.data() + i, widen(xb + i));
-  run(xf.data(), wp, y.data_ptr<at::BFloat16>(), M, K, N);
+  run(xf.data(), wp, y.data_ptr<at::BFloat16>(), r.defined() ? r.data_ptr<at::BFloat16>() : nullptr, M, K, N);
   return y;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &linear, "x @ w.T, bf16 weights widened in registers", py::arg("x"), py::arg("w"),
-        py::arg("out") = py::none());
+        py::arg("out") = py::none(), py::arg("res") = py::none());
+  m.def("rms_norm", &rms_norm, "LlamaRMSNorm on bf16 rows", py::arg("x"), py::arg("w"), py::arg("eps"));
+  m.def("silu_mul", &silu_mul, "silu(gate) * up on bf16 rows", py::arg("gu"));
+  m.def("attention", &attention, "a few query slots per row over the cache", py::arg("q"), py::arg("k"),
+        py::arg("v"), py::arg("allowed"), py::arg("scale"));
+  m.def("rope", &rope, "rotary embedding of the first n heads", py::arg("qkv"), py::arg("cos"), py::arg("sin"),
+        py::arg("n"));
 }

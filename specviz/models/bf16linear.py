@@ -8,14 +8,20 @@ t_token, 14.8 ms against 37.7 ms fixed). The kernel widens each bf16 weight to f
 fp32 FMAs: the weights cross the bus at 2 bytes and a wide verify runs at fp32's arithmetic rate
 (``bench/bf16_kernel.py``; BENCHMARKS.md, "bf16 on an AVX2 CPU").
 
+The same extension holds the lean forward's other steps for such bf16 rows, each one op instead of five to
+a dozen small ones (``rms_norm``, ``silu_mul``, ``rope``, and ``attention`` for a few query slots per row over
+the cache): fastllama uses them wherever it uses the kernel. They round to bf16 where the eager ops round, so
+their outputs are the eager ops' bits or one bf16 step from them (their fp32 sums and exp differ in order).
+
 Its sums are fp32 in a fixed order per output, the same whatever the row count (batch invariant),
 but not ``F.linear``'s order: bf16 outputs differ from the plain path's by float rounding (tests
 bound it). fp32 runs never use it, so the fp32 exactness checks are unchanged.
 
 Built once per machine with torch's C++ extension builder (g++ and ninja; about a minute) into torch's
 extension folder (``TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``); where it cannot be built
-(no compiler, not x86 with AVX2/FMA) the plain ``F.linear`` runs, with one line saying why. ``SPECVIZ_BF16_KERNEL=0`` turns it off.
-Where it is built, ``--dtype auto`` picks bf16 on such a CPU (``loading.cpu_has_fast_bf16``); setup.sh builds it.
+(no compiler, not x86 with AVX2/FMA) the plain ``F.linear`` runs, with one line saying why.
+``SPECVIZ_BF16_KERNEL=0`` turns it off. Where it is built, ``--dtype auto`` picks bf16 on such a CPU
+(``packed.kernel_is_faster``); setup.sh builds it (``packed.prepare_kernel``).
 """
 
 from __future__ import annotations
@@ -70,18 +76,6 @@ def _built() -> bool:
     return (folder / "specviz_bf16_linear.so").is_file()
 
 
-def prepare() -> int:
-    """setup.sh's step: build the kernel now where it would be used, so the first run does not wait for it."""
-    from specviz.models import packed  # packed imports this module
-
-    if not wanted() or packed.cpu_packs_bf16():
-        return 0
-    ok = module() is not None
-    print("specviz: bf16 kernel " + ("ready" if ok else "not built; bf16 on this CPU runs through F.linear "
-                                      "and --dtype auto picks float32"), file=sys.stderr)
-    return 0
-
-
 def available() -> bool:
     """Wanted here and built (building it on the first call)."""
     return wanted() and module() is not None
@@ -105,13 +99,38 @@ def _(x, weight):
     return x.new_empty(x.shape[0], weight.shape[0])
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """bf16 x [..., hidden] -> LlamaRMSNorm(x) in one pass (norm in fp32, cast, then scale by the bf16 weight)."""
+    return module().rms_norm(x, weight, eps)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """bf16 [..., 2n] (gate | up) -> [..., n] silu(gate) * up, each rounded to bf16 as the eager ops round."""
+    return module().silu_mul(gate_up)
+
+
+def rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n: int) -> torch.Tensor:
+    """bf16 qkv [R, heads, d], cos/sin [R, d] -> the first n heads rotated, [R, n, d] (x cos + rotate_half(x) sin,
+    rounded as the eager ops round: the same bits)."""
+    return module().rope(qkv, cos, sin, n)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float) -> torch.Tensor:
+    """bf16 q [B, H, T, d], k/v [B, Hkv, L, d], allowed [B, T, L] bool -> [B, T, H * d]: softmax(q k^T scale) v
+    over the allowed slots in fp32, rounded once; query head h reads kv head h // (H // Hkv)."""
+    return module().attention(q, k, v, allowed, scale)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
+           residual: torch.Tensor | None = None) -> torch.Tensor:
     """x [..., in] @ weight[out, in].T -> [..., out] in x's dtype, through the kernel; into ``out`` (a
-    contiguous tensor of that shape and dtype, a caller's reused buffer) when given."""
+    contiguous tensor of that shape and dtype, a caller's reused buffer) when given; ``residual + y`` (each
+    rounded as ``residual + linear(x, weight)`` rounds) when a residual of that shape and dtype is given."""
     lead = x.shape[:-1]
     rows = x.reshape(-1, x.shape[-1]).contiguous()  # [rows, in]
     if torch.compiler.is_compiling():
         y = _op(rows, weight)  # [rows, out]
-    else:
-        y = module().linear(rows, weight.contiguous(), None if out is None else out.view(rows.shape[0], -1))
+        return y.view(*lead, weight.shape[0]) if residual is None else residual + y.view(*lead, weight.shape[0])
+    y = module().linear(rows, weight.contiguous(), None if out is None else out.view(rows.shape[0], -1),
+                        None if residual is None else residual.reshape(rows.shape[0], -1))
     return y.view(*lead, weight.shape[0])

@@ -35,10 +35,12 @@ Outputs match transformers' forward to float rounding (tests/models/test_fastlla
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
-from specviz.models import packed
+from specviz.models import bf16linear, packed
 
 MANY_QUERIES = 16  # from this many query slots per row, SDPA's fused kernel is used instead
 
@@ -94,9 +96,27 @@ def _fuse_layers(model: torch.nn.Module) -> None:
         layer._specviz_gate_up = _fuse([mlp.gate_proj, mlp.up_proj])
 
 
-def _rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+def _fused(pk: bool, d: int) -> bool:
+    """bf16 through our AVX2 kernel (oneDNN cannot pack here): the other steps run fused too (bf16linear's
+    rms_norm, silu_mul, rope and attention: one op each instead of five to a dozen small ones), unless
+    SPECVIZ_BF16_FUSED=0."""
+    return (pk and not packed.cpu_packs_bf16() and d % 16 == 0
+            and os.environ.get("SPECVIZ_BF16_FUSED", "1") != "0")
+
+
+def _rms_norm(x: torch.Tensor, norm, fused: bool = False) -> torch.Tensor:
+    if fused and norm.weight.dtype == x.dtype:
+        return bf16linear.rms_norm(x, norm.weight, norm.variance_epsilon)
     h = F.rms_norm(x.float(), (x.shape[-1],), eps=norm.variance_epsilon)
     return norm.weight * h.to(x.dtype)
+
+
+def _rotate_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n: int, fused: bool) -> torch.Tensor:
+    """qkv [..., heads, d], cos/sin [..., 1, d] -> the first n heads (q and k) rotated, [..., n, d]."""
+    if not fused:
+        return _rotate(qkv[..., :n, :], cos, sin)
+    lead, (heads, d) = qkv.shape[:-2], qkv.shape[-2:]
+    return bf16linear.rope(qkv.reshape(-1, heads, d), cos.reshape(-1, d), sin.reshape(-1, d), n).view(*lead, n, d)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -116,11 +136,23 @@ def _heads(model) -> tuple[int, int, int, int, float]:
     return H, Hkv, d, H // Hkv, d ** -0.5
 
 
-def _mlp_block(h: torch.Tensor, layer, pk: bool) -> torch.Tensor:
+def _mlp_block(h: torch.Tensor, layer, pk: bool, fused: bool = False) -> torch.Tensor:
     """h + the layer's MLP of its post-attention norm: [..., hidden] -> [..., hidden]."""
-    x = _rms_norm(h, layer.post_attention_layernorm)
-    gate, up = packed.linear(x, layer._specviz_gate_up, pk).chunk(2, dim=-1)
-    return h + packed.linear(F.silu(gate) * up, layer.mlp.down_proj.weight, pk)
+    x = _rms_norm(h, layer.post_attention_layernorm, fused)
+    gate_up = packed.linear(x, layer._specviz_gate_up, pk)  # [..., 2 * intermediate]
+    if fused:
+        act = bf16linear.silu_mul(gate_up)
+    else:
+        gate, up = gate_up.chunk(2, dim=-1)
+        act = F.silu(gate) * up
+    return _add_linear(h, act, layer.mlp.down_proj.weight, pk, fused)
+
+
+def _add_linear(h: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, pk: bool, fused: bool) -> torch.Tensor:
+    """h + x @ weight.T: the residual added inside the kernel's store when fused (one op, no sum tensor)."""
+    if fused and bf16linear.fits(x, weight):
+        return bf16linear.linear(x, weight, residual=h)
+    return h + packed.linear(x, weight, pk)
 
 
 def _grouped_blocked(allowed: torch.Tensor, groups: int) -> torch.Tensor:
@@ -129,11 +161,14 @@ def _grouped_blocked(allowed: torch.Tensor, groups: int) -> torch.Tensor:
     return ~allowed.expand(B, groups, T, L).reshape(B, 1, groups * T, L)
 
 
-def _attention(q, k, v, allowed, scale, groups, blocked=None):
+def _attention(q, k, v, allowed, scale, groups, blocked=None, fused=False):
     """q [B, H, T, d], k/v [B, Hkv, L, d], allowed [B, 1, T, L] bool -> [B, T, H * d].
 
-    blocked: ``_grouped_blocked(allowed, groups)`` when the caller built it once for every layer."""
+    blocked: ``_grouped_blocked(allowed, groups)`` when the caller built it once for every layer.
+    fused: bf16 through our kernel (``_fused``): a few query slots per row run as one op."""
     B, H, T, d = q.shape
+    if fused and T < MANY_QUERIES:
+        return bf16linear.attention(q, k, v, allowed[:, 0], scale)
     if T >= MANY_QUERIES:  # prefill-sized: the fused kernel (kv heads repeated: works on any torch 2.x)
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
@@ -216,6 +251,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     allowed = visible(valid, T, tail_mask, query_slots).unsqueeze(1)  # [B, 1, T, L]
     blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES else None  # once per forward, not per layer
     pk = packed.enabled(inner.layers[0]._specviz_qkv)  # bf16 on the CPU: oneDNN-packed weights (packed.py)
+    fused = _fused(pk, d)
 
     done = None
     if compiler is not None and blocked is not None and query_slots is not None:
@@ -223,25 +259,25 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
                             (H, Hkv, d, groups, scale))
     for i, layer in enumerate(inner.layers if done is None else []):
         attn = layer.self_attn
-        x = _rms_norm(h, layer.input_layernorm)
+        x = _rms_norm(h, layer.input_layernorm, fused)
         qkv = packed.linear(x, layer._specviz_qkv, pk).view(B, T, H + 2 * Hkv, d)
-        qk = _rotate(qkv[:, :, : H + Hkv], cos, sin)  # q and k heads rotated together
+        qk = _rotate_qk(qkv, cos, sin, H + Hkv, fused)  # q and k heads rotated together
         q = qk[:, :, :H].transpose(1, 2)  # [B, H, T, d]
         k = qk[:, :, H:].transpose(1, 2)  # [B, Hkv, T, d]
         v = qkv[:, :, H + Hkv:].transpose(1, 2)
         k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
-        h = h + packed.linear(_attention(q, k, v, allowed, scale, groups, blocked), attn.o_proj.weight, pk)
-        h = _mlp_block(h, layer, pk)
+        h = _add_linear(h, _attention(q, k, v, allowed, scale, groups, blocked, fused), attn.o_proj.weight, pk, fused)
+        h = _mlp_block(h, layer, pk, fused)
     h = h if done is None else done
 
     if return_hidden:
-        h = _rms_norm(h, inner.norm)
+        h = _rms_norm(h, inner.norm, fused)
         return (model.lm_head(h[:, -1:].contiguous() if last_only else h) if logits else None), h
     if not logits:
         return None
     if last_only:
         h = h[:, -1:]
-    h = _rms_norm(h.contiguous(), inner.norm)
+    h = _rms_norm(h.contiguous(), inner.norm, fused)
     return _head(model, h, logits_out, pk)
 
 
@@ -281,23 +317,24 @@ def _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_e
     allowed = visible(valid, T, tail_mask).unsqueeze(1)  # [B, 1, T, L]
     blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES else None
     pk = packed.enabled(inner.layers[0]._specviz_qkv)
+    fused = _fused(pk, d)
     grid = h.new_zeros(B * T, H + 2 * Hkv, d)  # [B*T, heads, d]: q|k|v at every slot, holes stay zero
 
     for i, layer in enumerate(inner.layers):
         attn = layer.self_attn
-        x = _rms_norm(h, layer.input_layernorm)
+        x = _rms_norm(h, layer.input_layernorm, fused)
         qkv = packed.linear(x, layer._specviz_qkv, pk).view(N, H + 2 * Hkv, d)
-        grid[slots, : H + Hkv] = _rotate(qkv[:, : H + Hkv], cos, sin)  # q and k heads rotated together
+        grid[slots, : H + Hkv] = _rotate_qk(qkv, cos, sin, H + Hkv, fused)  # q and k heads rotated together
         grid[slots, H + Hkv:] = qkv[:, H + Hkv:]
         q = grid[:, :H].view(B, T, H, d).transpose(1, 2)  # [B, H, T, d]
         k = grid[:, H:H + Hkv].view(B, T, Hkv, d).transpose(1, 2)  # [B, Hkv, T, d]
         v = grid[:, H + Hkv:].view(B, T, Hkv, d).transpose(1, 2)
         k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
-        out = _attention(q, k, v, allowed, scale, groups, blocked).reshape(B * T, H * d)[slots]  # [N, H*d]
-        h = h + packed.linear(out, attn.o_proj.weight, pk)
-        h = _mlp_block(h, layer, pk)
+        out = _attention(q, k, v, allowed, scale, groups, blocked, fused).reshape(B * T, H * d)[slots]  # [N, H*d]
+        h = _add_linear(h, out, attn.o_proj.weight, pk, fused)
+        h = _mlp_block(h, layer, pk, fused)
 
-    h = _rms_norm(h, inner.norm)  # [N, hidden]
+    h = _rms_norm(h, inner.norm, fused)  # [N, hidden]
     logits = _head(model, h, None, pk)  # [N, V]
     V = logits.shape[-1]
     fits = logits_out is not None and tuple(logits_out.shape) == (B, T, V) and logits_out.dtype == logits.dtype

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 import torch
 
 from specviz.common import MissingResource, SpecvizError, cache_dir
-from specviz.models import modelcache
+from specviz.models import modelcache, packed
 from specviz.models.devicemap import DEVICE_MAPS, dispatch_kwargs, main_device
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -81,20 +81,13 @@ def resolve_device(device: str) -> torch.device:
 
 
 def cpu_has_fast_bf16() -> bool:
-    """bf16 runs faster than fp32 on this CPU: native bf16 products (AVX-512 bf16 or AMX, ~2x), or an
-    AVX2 CPU where oneDNN cannot pack bf16 and our bf16 kernel is built (specviz.models.bf16linear; on a
-    2-core AVX2 EPYC regular decoding ran ~1.75x fp32's tokens/s at B = 1 and ~1.8x at B = 8, BENCHMARKS.md
-    "--dtype auto on an AVX2 CPU"). The first call on a machine without the kernel builds it (about a minute,
-    said on stderr; setup.sh builds it beforehand)."""
+    """bf16 runs faster than fp32 on this CPU: native bf16 products (AVX-512 bf16 or AMX, ~2x), or an AVX2
+    CPU with our bf16 kernel (packed.kernel_is_faster: built on the first call, which setup.sh makes)."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         flags = ""
-    if "avx512_bf16" in flags or "amx_bf16" in flags:
-        return True
-    from specviz.models import bf16linear, packed
-
-    return packed.enabled_here() and not packed.cpu_packs_bf16() and bf16linear.available()
+    return "avx512_bf16" in flags or "amx_bf16" in flags or packed.kernel_is_faster()
 
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,23 @@ FRESH_BYTES = 16 << 20  # a packed output layer writes fresh logits up to this s
 def enabled_here() -> bool:
     """This module's path is not switched off (SPECVIZ_PACKED_WEIGHTS=0 sends bf16 CPU linears to F.linear)."""
     return os.environ.get("SPECVIZ_PACKED_WEIGHTS", "1") != "0"
+
+
+def kernel_is_faster() -> bool:
+    """bf16 through our kernel beats fp32 on this CPU: oneDNN cannot pack bf16 here (an AVX2 CPU) and the
+    kernel is on and built (building it on the first call). On a 2-core AVX2 EPYC regular decoding in bf16
+    ran ~1.8x fp32's tokens/s (BENCHMARKS.md, "--dtype auto on an AVX2 CPU")."""
+    return enabled_here() and not cpu_packs_bf16() and bf16linear.available()
+
+
+def prepare_kernel() -> int:
+    """setup.sh's step: build the kernel now where it would be the bf16 path, so a first run does not wait."""
+    if not bf16linear.wanted() or cpu_packs_bf16():
+        return 0
+    ok = bf16linear.module() is not None
+    print("specviz: bf16 kernel " + ("ready" if ok else "not built; bf16 on this CPU runs through F.linear "
+                                      "and --dtype auto picks float32"), file=sys.stderr)
+    return 0
 
 
 def enabled(weight: torch.Tensor) -> bool:

@@ -1,7 +1,8 @@
-"""Our bf16 kernel for AVX2 CPUs (specviz.models.bf16linear): the fp32 product of the bf16 values, rounded
+"""Our bf16 kernels for AVX2 CPUs (specviz.models.bf16linear): the fp32 product of the bf16 values, rounded
 once; the same bits for a row whatever rows share its call; a model's bf16 logits no further from its fp32
 logits than the plain bf16 path's; greedy decoding through it equal to plain greedy per row; compiled
-layers call it; off with its switch."""
+layers call it; off with its switch; the fused norm, silu(gate) * up, rotary and attention of the lean
+forward within one bf16 step of the eager ops (rotary the same bits) and batch invariant too."""
 
 import pytest
 import torch
@@ -51,6 +52,14 @@ def test_a_rows_result_is_the_same_bits_whatever_rows_share_the_call():
         assert torch.equal(bf16linear.linear(x[3:7], w), together[3:7])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_residual_added_in_the_kernel_gives_the_bits_of_adding_it_after(dtype):
+    for rows in (1, 3):
+        x, w = _case(rows, 576, 1536, seed=rows)
+        h = torch.randn(rows, 576).to(dtype)  # [rows, out]
+        assert torch.equal(bf16linear.linear(x.to(dtype), w, residual=h), h + bf16linear.linear(x.to(dtype), w))
+
+
 def test_leading_dimensions_are_kept_and_strided_inputs_accepted():
     x, w = _case(6, 64, 96)
     x3 = x.view(2, 3, 96)
@@ -92,9 +101,12 @@ def test_bf16_logits_through_the_kernel_are_as_close_to_fp32_as_the_plain_bf16_p
     built, calls = bf16linear.module(), []
 
     class Counting:
-        def linear(self, x, w, out=None):
+        def linear(self, x, w, out=None, res=None):
             calls.append(1)
-            return built.linear(x, w, out)
+            return built.linear(x, w, out, res)
+
+        def __getattr__(self, name):  # the fused elementwise steps, uncounted
+            return getattr(built, name)
 
     def logits(model):
         return torch.cat([x.reshape(-1).float() for x in _steps(RaggedCache(model), prompts, 512)])
@@ -109,11 +121,89 @@ def test_bf16_logits_through_the_kernel_are_as_close_to_fp32_as_the_plain_bf16_p
     assert err_kernel <= 1.25 * err_plain, (err_kernel, err_plain)
 
 
+def _ulps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """How many bf16 steps apart two bf16 tensors of one sign are (elementwise)."""
+    return (a.view(torch.int16).int() - b.view(torch.int16).int()).abs()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 24])
+def test_fused_elementwise_steps_give_the_eager_ops_bits(rows):
+    """RMSNorm and silu(gate) * up within one bf16 step of the eager ops (their fp32 sum and exp differ from
+    torch's in the last fp32 bits), nearly always the same bits; rotary exactly the same bits."""
+    import torch.nn.functional as F
+
+    from specviz.models import fastllama
+
+    g = torch.Generator().manual_seed(rows)
+    x = (torch.randn(rows, 576, generator=g) * 3).to(torch.bfloat16)  # [rows, hidden]
+    norm = torch.nn.Module()
+    norm.weight, norm.variance_epsilon = (torch.rand(576, generator=g) + 0.5).to(torch.bfloat16), 1e-5
+    a, b = fastllama._rms_norm(x, norm), bf16linear.rms_norm(x, norm.weight, 1e-5)
+    assert _ulps(a, b).max() <= 1 and (a == b).float().mean() > 0.99
+    gate_up = (torch.randn(rows, 3072, generator=g) * 4).to(torch.bfloat16)  # [rows, 2 * intermediate]
+    gate, up = gate_up.chunk(2, dim=-1)
+    a, b = F.silu(gate) * up, bf16linear.silu_mul(gate_up)
+    assert _ulps(a, b).max() <= 1 and (a == b).float().mean() > 0.99
+    qkv = torch.randn(rows, 15, 64, generator=g).to(torch.bfloat16)  # [rows, 9 + 3 + 3 heads, d]
+    cos, sin = (torch.randn(rows, 1, 64, generator=g).to(torch.bfloat16) for _ in range(2))
+    assert torch.equal(fastllama._rotate(qkv[:, :12], cos, sin), fastllama._rotate_qk(qkv, cos, sin, 12, True))
+
+
+@pytest.mark.parametrize("B,T,L", [(1, 1, 37), (3, 3, 100), (2, 15, 64)])
+def test_fused_attention_is_within_one_bf16_step_of_the_eager_path_and_batch_invariant(B, T, L):
+    from specviz.models import fastllama
+
+    g = torch.Generator().manual_seed(L)
+    H, Hkv, d = 9, 3, 64
+    q = torch.randn(B, T, H, d, generator=g).to(torch.bfloat16).transpose(1, 2)  # [B, H, T, d], strided
+    k, v = (torch.randn(B, Hkv, L, d, generator=g).to(torch.bfloat16) for _ in range(2))  # [B, Hkv, L, d]
+    valid = torch.rand(B, L, generator=g) > 0.2  # holes: left padding, rolled-back slots
+    valid[:, -T:] = True
+    allowed = fastllama.visible(valid, T).unsqueeze(1)  # [B, 1, T, L]
+    eager = fastllama._attention(q, k, v, allowed, d ** -0.5, H // Hkv)
+    fused = fastllama._attention(q, k, v, allowed, d ** -0.5, H // Hkv, fused=True)
+    assert fused.shape == eager.shape == (B, T, H * d)
+    assert _ulps(fused, eager).max() <= 1 and (fused == eager).float().mean() > 0.99
+    alone = fastllama._attention(q[-1:], k[-1:], v[-1:], allowed[-1:], d ** -0.5, H // Hkv, fused=True)
+    assert torch.equal(alone, fused[-1:])
+
+
+def test_fused_elementwise_steps_give_a_row_the_same_bits_whatever_rows_share_the_call():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(11, 576, generator=g).to(torch.bfloat16)
+    w = torch.rand(576, generator=g).to(torch.bfloat16)
+    gate_up = torch.randn(11, 3072, generator=g).to(torch.bfloat16)
+    for i in (0, 10):
+        assert torch.equal(bf16linear.rms_norm(x[i:i + 1], w, 1e-5), bf16linear.rms_norm(x, w, 1e-5)[i:i + 1])
+        assert torch.equal(bf16linear.silu_mul(gate_up[i:i + 1]), bf16linear.silu_mul(gate_up)[i:i + 1])
+
+
+def _llama_d16(dtype=torch.bfloat16):
+    """tiny_llama with 16-wide heads: the smallest the fused rotary takes (fakes.tiny_llama's are 8 wide)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specviz.models.loading import LoadedModel
+
+    loaded = tiny_llama(64, layers=2, dtype=dtype)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).to(dtype).eval()
+    model.generation_config.eos_token_id = None
+    return LoadedModel(spec="tiny", name="tiny-llama-d16", model=model, tokenizer=loaded.tokenizer,
+                       device=torch.device("cpu"), dtype=dtype)
+
+
 @pytest.mark.skipif(packed.cpu_packs_bf16(), reason="oneDNN packs bf16 here: the kernel is not the bf16 path")
 @pytest.mark.parametrize("kw", [{}, {"lanes": 2}], ids=["chains", "queue"])
-def test_bf16_greedy_through_the_kernel_equals_bf16_regular_greedy_per_row(kw):
-    """Batch invariance at work: speculative bf16 greedy (ragged verifies) = regular bf16 greedy at B = 1."""
-    target = tiny_llama(64, layers=2, dtype=torch.bfloat16)
+@pytest.mark.parametrize("heads", ["d8", "d16-fused"])
+def test_bf16_greedy_through_the_kernel_equals_bf16_regular_greedy_per_row(kw, heads, monkeypatch):
+    """Batch invariance at work: speculative bf16 greedy (ragged verifies) = regular bf16 greedy at B = 1,
+    with the linears alone through the kernel (8-wide heads) and with the fused elementwise steps too."""
+    target = tiny_llama(64, layers=2, dtype=torch.bfloat16) if heads == "d8" else _llama_d16()
+    calls = []
+    rope = bf16linear.rope
+    monkeypatch.setattr(bf16linear, "rope", lambda *a: calls.append(1) or rope(*a))
     draft = perturbed_copy(target, 0.3)
     prompts = ragged_prompts(4, 64, seed=3)
     dec = decoder_for_ids(target, ModelDraft(draft), prompts, 3, 10, **kw)
@@ -122,6 +212,7 @@ def test_bf16_greedy_through_the_kernel_equals_bf16_regular_greedy_per_row(kw):
         alone = decoder_for_ids(target, None, [prompt], 0, 10)
         [s.to_json() for s in alone.steps()]
         assert row.output == alone.rows[0].output
+    assert bool(calls) == (heads == "d16-fused")
 
 
 @pytest.mark.skipif(packed.cpu_packs_bf16() or compiled.unavailable() is not None,
@@ -133,9 +224,12 @@ def test_compiled_bf16_layers_call_the_kernel_and_give_the_eager_logits(monkeypa
     built, mlp_calls = bf16linear.module(), []
 
     class Counting:  # what the op runs: counts the MLP's gate|up products (a shape only the layers have)
-        def linear(self, x, w, out=None):
+        def linear(self, x, w, out=None, res=None):
             mlp_calls.append(tuple(w.shape) == (128, 32))
-            return built.linear(x, w, out)
+            return built.linear(x, w, out, res)
+
+        def __getattr__(self, name):
+            return getattr(built, name)
 
     monkeypatch.setattr(bf16linear, "module", Counting)
     fast = RaggedCache(target.model, options=ForwardOptions(compile=True))
