@@ -51,7 +51,12 @@ COMMANDS = {
     "llamacpp-b8": "specviz bench --peer llamacpp --prompts bench/results/llamacpp-peer-2026-12-06/prompts.jsonl "
                    "--max-new-tokens 96 --repeats 2 --dtype bfloat16 --batch-size 8 --peer-weights bf16,q4_1 "
                    "--peer-modes regular --json",
+    "llamacpp-fused-b1": "specviz bench --peer llamacpp --prompts bench/results/llamacpp-peer-2026-12-06/prompts.jsonl "
+                         "--max-new-tokens 96 --repeats 2 --dtype bfloat16 --batch-size 1 --peer-weights bf16 "
+                         "--peer-modes regular --json",
+    "llamacpp-fused-b8": "the same with --batch-size 8",
     "bf16-kernel": "bench/bf16_kernel.py --rounds 3 --max-new-tokens 64",
+    "auto-dtype": "bench/auto_dtype.py --rounds 3",
     "suffix": "bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96",
     "suffix-goodput": "specviz calibrate --draft ngram --dtype bfloat16 --device cpu --batch-sizes 1,2,4,8 --k-max 8, then "
                       'bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96 --batch-sizes 8,1 --no-chat '
@@ -177,7 +182,9 @@ def llama_cpp() -> list[str]:
     """`bench --peer llamacpp --json`: every arm against our regular decoding in the same rounds."""
     out = ["| lanes | arm | tokens/s | decode tokens/s | vs ours regular (median) | spread | acceptance | rounds | "
            "commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, log, command, machine in (("llamacpp-peer-2026-12-07", "b1.json", "llamacpp-b1", EPYC),
+    for folder, log, command, machine in (("llamacpp-peer-2026-12-07-fused", "b1.json", "llamacpp-fused-b1", EPYC),
+                                          ("llamacpp-peer-2026-12-07-fused", "b8.json", "llamacpp-fused-b8", EPYC),
+                                          ("llamacpp-peer-2026-12-07", "b1.json", "llamacpp-b1", EPYC),
                                           ("llamacpp-peer-2026-12-07", "b8.json", "llamacpp-b8", EPYC)):
         j = json.loads((RESULTS / folder / log).read_text())
         commit = (RESULTS / folder / "commit.txt").read_text().strip()
@@ -190,18 +197,39 @@ def llama_cpp() -> list[str]:
 
 
 def bf16_kernel() -> list[str]:
-    """bench/bf16_kernel.py --json: our bf16 kernel against F.linear, interleaved, per batch size and arm."""
-    folder = "bf16-kernel-2026-12-07"
+    """bench/bf16_kernel.py --json: F.linear, our linear kernel alone and with the other steps fused,
+    interleaved, per batch size and arm."""
+    folder = "bf16-fused-2026-12-07"
     j = json.loads((RESULTS / folder / "b1-b8.json").read_text())
     commit = (RESULTS / folder / "commit.txt").read_text().strip()
-    out = ["| B | arm | F.linear tok/s (median) | kernel tok/s (median) | kernel / F.linear (median) | spread | "
-           "rounds | commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| B | arm | F.linear tok/s | kernel tok/s | fused tok/s | fused / F.linear | spread | fused / kernel | "
+           "spread | rounds | commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for b, r in j["by_batch"].items():
-        for arm, ratios in r["kernel_over_plain"].items():
+        for arm in ("regular", f"k={j['k']}"):
             label = "regular" if arm == "regular" else f"default {arm}"
-            out.append(f"| {b} | {label} | {statistics.median(r['tok_s'][f'plain {arm}']):.1f} | "
-                       f"{statistics.median(r['tok_s'][f'kernel {arm}']):.1f} | **{statistics.median(ratios):.2f}x** | "
-                       f"{spread(ratios)} | {len(ratios)} | {commit} | {EPYC} | bf16-kernel |")
+            med = {side: statistics.median(r["tok_s"][f"{side} {arm}"]) for side in ("plain", "kernel", "fused")}
+            over_plain, over_kernel = r["ratios"][f"fused / plain, {arm}"], r["ratios"][f"fused / kernel, {arm}"]
+            out.append(f"| {b} | {label} | {med['plain']:.1f} | {med['kernel']:.1f} | {med['fused']:.1f} | "
+                       f"**{statistics.median(over_plain):.2f}x** | {spread(over_plain)} | "
+                       f"**{statistics.median(over_kernel):.2f}x** | {spread(over_kernel)} | {len(over_plain)} | "
+                       f"{commit} | {EPYC} | bf16-kernel |")
+    return out
+
+
+def auto_dtype() -> list[str]:
+    """bench/auto_dtype.py --json: the default run and regular decoding in float32 and bfloat16, interleaved."""
+    folder = "auto-dtype-2026-12-07"
+    j = json.loads((RESULTS / folder / "b1-b8.json").read_text())
+    commit = (RESULTS / folder / "commit.txt").read_text().strip()
+    out = ["| B | arm | float32 tok/s | bfloat16 tok/s | bfloat16 / float32 (median) | spread | rounds | commit | "
+           "machine | command |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for b, r in j["by_batch"].items():
+        for arm, ratios in r["bf16_over_fp32"].items():
+            label = "regular" if arm == "regular" else (f"default run (fp32: {j['drafts']['float32']}; "
+                                                        f"bf16: {j['drafts']['bfloat16']}), k = 2")
+            out.append(f"| {b} | {label} | {statistics.median(r['tok_s'][f'float32 {arm}']):.1f} | "
+                       f"{statistics.median(r['tok_s'][f'bfloat16 {arm}']):.1f} | **{statistics.median(ratios):.2f}x** | "
+                       f"{spread(ratios)} | {len(ratios)} | {commit} | {EPYC} | auto-dtype |")
     return out
 
 
@@ -277,15 +305,23 @@ def section() -> str:
              "llama-cpp-python 0.3.36 (`bash setup.sh --llamacpp`) on GGUFs of the same weights: `bf16` the same bits "
              "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one lane "
              "or 8 (llama.cpp batches its lanes in one context; at 8 lanes it runs regular decoding only), "
-             "8 free-form prompts, 96 new tokens, greedy, 2 threads each side, ours in bf16 (through our bf16 kernel, "
-             "below) with the default pair (`ours default k=2`); "
+             "8 free-form prompts, 96 new tokens, greedy, 2 threads each side, ours in bf16 (through our bf16 kernels, "
+             "below: the rows of commit d4c0ad0 with the forward's other steps fused, those of 2d325b3 with the linear "
+             "kernel alone) with the default pair (`ours default k=2`); "
              "llama.cpp's `draft` drafts with the packaged target at 4 bits (it cannot read our distilled draft):", "",
              *llama_cpp(), "",
-             "### bf16 on an AVX2 CPU: our kernel against F.linear", "",
+             "### bf16 on an AVX2 CPU: our kernels against F.linear", "",
              "Where oneDNN cannot pack bf16 (AVX2 only, no AVX-512), bf16 linears run through our kernel "
-             "(`specviz/models/bf16linear.py`); `SPECVIZ_BF16_KERNEL=0` gives torch's `F.linear`. Both in one process, "
-             "interleaved, the 8 free-form prompts above, 64 new tokens, greedy:", "",
+             "(`specviz/models/bf16linear.py`), and the lean forward's norms, rotary, MLP activation, attention and "
+             "residual adds run fused beside it (`fused`, the default; `SPECVIZ_BF16_FUSED=0` gives the kernel alone, "
+             "`SPECVIZ_BF16_KERNEL=0` torch's `F.linear`). All three in one process, interleaved, the 8 free-form "
+             "prompts above, 64 new tokens, greedy:", "",
              *bf16_kernel(), "",
+             "### `--dtype auto` on an AVX2 CPU", "",
+             "Where the kernel is built, `--dtype auto` (the app's and the CLI's default) picks bfloat16 on such a CPU; "
+             "before, float32. The CLI's default run (draft `default`, k = 2) and regular decoding in each dtype, in one "
+             "process, interleaved, the same prompts and tokens:", "",
+             *auto_dtype(), "",
              "### Suffix decoding and the hybrid, on predictable workloads and on chat", "",
              "`suffix` (model-free, learns from the prompt and earlier outputs), prompt lookup (`ngram`), the `default` "
              "token draft and the hybrid (`default+suffix`), each against regular decoding; 8 prompts per set that the "
