@@ -249,9 +249,10 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     cos, sin = inner.rotary_emb(h, position_ids)  # [B, T, d]
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # [B, T, 1, d]: broadcast over heads
     allowed = visible(valid, T, tail_mask, query_slots).unsqueeze(1)  # [B, 1, T, L]
-    blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES else None  # once per forward, not per layer
     pk = packed.enabled(inner.layers[0]._specviz_qkv)  # bf16 on the CPU: oneDNN-packed weights (packed.py)
-    fused = _fused(pk, d)
+    fused = _fused(pk, d) and h.dtype == torch.bfloat16
+    # once per forward, not per layer (the fused attention reads ``allowed``; the compiled layers need it)
+    blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES and not (fused and compiler is None) else None
 
     done = None
     if compiler is not None and blocked is not None and query_slots is not None:
@@ -315,9 +316,9 @@ def _forward_slots(model, input_ids, valid, position_ids, cache, slots, inputs_e
     cos, sin = inner.rotary_emb(h, position_ids.reshape(1, B * T)[:, slots])  # [1, N, d]
     cos, sin = cos[0].unsqueeze(1), sin[0].unsqueeze(1)  # [N, 1, d]: broadcast over heads
     allowed = visible(valid, T, tail_mask).unsqueeze(1)  # [B, 1, T, L]
-    blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES else None
     pk = packed.enabled(inner.layers[0]._specviz_qkv)
-    fused = _fused(pk, d)
+    fused = _fused(pk, d) and h.dtype == torch.bfloat16
+    blocked = _grouped_blocked(allowed, groups) if T < MANY_QUERIES and not fused else None
     grid = h.new_zeros(B * T, H + 2 * Hkv, d)  # [B*T, heads, d]: q|k|v at every slot, holes stay zero
 
     for i, layer in enumerate(inner.layers):
