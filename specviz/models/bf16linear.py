@@ -131,6 +131,24 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     if torch.compiler.is_compiling():
         y = _op(rows, weight)  # [rows, out]
         return y.view(*lead, weight.shape[0]) if residual is None else residual + y.view(*lead, weight.shape[0])
-    y = module().linear(rows, weight.contiguous(), None if out is None else out.view(rows.shape[0], -1),
-                        None if residual is None else residual.reshape(rows.shape[0], -1))
+    # one row (B = 1 decoding, a draft's step): the packed copy streams 1.12x faster end to end; several rows
+    # reuse each weight from registers and ran 0.96x over it at B = 8 (BENCHMARKS.md), so they keep the plain one
+    if rows.shape[0] == 1 and weight.shape[0] % 8 == 0 and os.environ.get("SPECVIZ_BF16_REPACK", "1") != "0":
+        w, is_packed = pack_of(weight), True
+    else:
+        w, is_packed = weight.contiguous(), False
+    y = module().linear(rows, w, None if out is None else out.view(rows.shape[0], -1),
+                        None if residual is None else residual.reshape(rows.shape[0], -1), is_packed)
     return y.view(*lead, weight.shape[0])
+
+
+def pack_of(weight: torch.Tensor) -> torch.Tensor:
+    """The kernel's packed copy of a [out, in] bf16 weight ([out / 8, in / 8, 8, 8]: each 8 rows' columns side by
+    side, one contiguous stream per thread; bf16_linear.cpp), made on the first one-row call and remade after an
+    in-place change. The same bits as the plain layout's product; it costs a second copy of the weights while the
+    model is loaded. ``SPECVIZ_BF16_REPACK=0``: the plain layout only."""
+    held = getattr(weight, "_specviz_kernel_pack", None)
+    if held is None or held[0] != weight._version:
+        held = (weight._version, module().pack(weight.detach().contiguous()))
+        weight._specviz_kernel_pack = held
+    return held[1]

@@ -42,6 +42,22 @@ def test_the_kernel_is_the_fp32_product_of_the_bf16_values_rounded_once(rows):
         torch.testing.assert_close(y32.double(), exact, rtol=1e-5, atol=1e-4)
 
 
+def test_the_packed_weight_copy_gives_the_plain_layouts_bits_at_any_row_count(monkeypatch):
+    built = bf16linear.module()
+    for out, inp in SMOLLM2_SHAPES[:4]:
+        x, w = _case(5, out, inp, seed=out)
+        p = bf16linear.pack_of(w)
+        assert p.shape == (out // 8, inp // 8, 8, 8) and bf16linear.pack_of(w) is p  # made once
+        for rows in (1, 2, 5):
+            assert torch.equal(built.linear(x[:rows], p, None, None, True), built.linear(x[:rows], w, None, None, False))
+        h = torch.randn(1, out).to(torch.bfloat16)
+        assert torch.equal(built.linear(x[:1], p, None, h, True), h + built.linear(x[:1], w, None, None, False))
+    w.add_(1)  # an in-place change: the copy is made again
+    assert not torch.equal(bf16linear.pack_of(w), p)
+    monkeypatch.setenv("SPECVIZ_BF16_REPACK", "0")
+    assert torch.equal(bf16linear.linear(x[:1], w), built.linear(x[:1], w, None, None, False))
+
+
 def test_a_rows_result_is_the_same_bits_whatever_rows_share_the_call():
     """Each output is one accumulator over k in order: a B = 8 verify computes what B = 1 decoding does."""
     for out, inp in SMOLLM2_SHAPES:
@@ -101,9 +117,9 @@ def test_bf16_logits_through_the_kernel_are_as_close_to_fp32_as_the_plain_bf16_p
     built, calls = bf16linear.module(), []
 
     class Counting:
-        def linear(self, x, w, out=None, res=None):
+        def linear(self, x, w, out=None, res=None, packed=False):
             calls.append(1)
-            return built.linear(x, w, out, res)
+            return built.linear(x, w, out, res, packed)
 
         def __getattr__(self, name):  # the fused elementwise steps, uncounted
             return getattr(built, name)
@@ -224,9 +240,9 @@ def test_compiled_bf16_layers_call_the_kernel_and_give_the_eager_logits(monkeypa
     built, mlp_calls = bf16linear.module(), []
 
     class Counting:  # what the op runs: counts the MLP's gate|up products (a shape only the layers have)
-        def linear(self, x, w, out=None, res=None):
+        def linear(self, x, w, out=None, res=None, packed=False):
             mlp_calls.append(tuple(w.shape) == (128, 32))
-            return built.linear(x, w, out, res)
+            return built.linear(x, w, out, res, packed)
 
         def __getattr__(self, name):
             return getattr(built, name)
