@@ -29,19 +29,27 @@ inline float hsum(__m256 v) {  // one fixed order for every output
   return _mm_cvtss_f32(s);
 }
 
+constexpr int64_t PREFETCH = 4096;  // elements ahead a one-row pass over a packed block fetches (8 KB)
+
 // MB rows of x (fp32, K each) against NB rows of w (bf16, K each): y[m * ldy + n] for the block, rounded
 // to Y (fp32, or bf16 to nearest even as torch rounds); plus res[m * ldy + n] when given, rounded again (what
-// `res + y` computes on the rounded y).
-template <int MB, int NB, typename Y>
+// `res + y` computes on the rounded y). PACKED: w points into a packed block (below: row n's k-th 8 columns at
+// w + k * 8 + n * 8), else at the first of NB plain rows (row n at w + n * K).
+template <int MB, int NB, bool PACKED, typename Y>
 inline void block(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t K, int64_t ldy) {
+  const int64_t sn = PACKED ? 8 : K, sk = PACKED ? 8 : 1;
   __m256 acc[MB][NB];
   for (int m = 0; m < MB; ++m)
     for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_setzero_ps();
   for (int64_t k = 0; k < K; k += 8) {
-    if (MB == 1 && (k & 31) == 0)  // one row of x: fetch the next block's weights a block ahead
+    if (MB == 1 && PACKED) {  // one contiguous run: fetch PREFETCH elements ahead
+      _mm_prefetch(reinterpret_cast<const char*>(w + k * sk + PREFETCH), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + k * sk + PREFETCH + 32), _MM_HINT_T0);
+    } else if (MB == 1 && (k & 31) == 0) {  // NB plain rows: fetch the next block's weights a block ahead
       for (int n = 0; n < NB; ++n) _mm_prefetch(reinterpret_cast<const char*>(w + (NB + n) * K + k), _MM_HINT_T0);
+    }
     __m256 wv[NB];
-    for (int n = 0; n < NB; ++n) wv[n] = widen(w + n * K + k);
+    for (int n = 0; n < NB; ++n) wv[n] = widen(w + n * sn + k * sk);
     for (int m = 0; m < MB; ++m) {
       __m256 xv = _mm256_loadu_ps(x + m * K + k);
       for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_fmadd_ps(xv, wv[n], acc[m][n]);
@@ -58,8 +66,8 @@ inline void block(const float* x, const at::BFloat16* w, Y* y, const Y* res, int
 template <int NB, typename Y>
 inline void rows(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t M, int64_t K, int64_t N) {
   int64_t m = 0;
-  for (; m + 2 <= M; m += 2) block<2, NB>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N);
-  if (m < M) block<1, NB>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N);
+  for (; m + 2 <= M; m += 2) block<2, NB, false>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N);
+  if (m < M) block<1, NB, false>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N);
 }
 
 // Weight rows in blocks of NB over the threads; the last N % NB rows one by one.
@@ -87,34 +95,6 @@ void run(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t M, i
 // a prefetch PREFETCH elements ahead keeps it in flight (one row of x: 18-19 GB/s against 12.5-13.5 for the
 // plain layout on a 2-core AVX2 EPYC). Each output is still one 8-lane accumulator over k in order: the same
 // bits as the plain layout, at any row count.
-constexpr int64_t PREFETCH = 4096;
-
-// MB rows of x against weight rows [n0, n0 + NB) of one packed block wb (NB = 8: the whole block; 4: half).
-template <int MB, int NB, typename Y>
-inline void packed_block(const float* x, const at::BFloat16* wb, int n0, Y* y, const Y* res, int64_t K,
-                         int64_t ldy) {
-  __m256 acc[MB][NB];
-  for (int m = 0; m < MB; ++m)
-    for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < K; k += 8) {
-    const at::BFloat16* wk = wb + k * 8 + n0 * 8;
-    if (MB == 1) {
-      _mm_prefetch(reinterpret_cast<const char*>(wk + PREFETCH), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(wk + PREFETCH + 32), _MM_HINT_T0);
-    }
-    __m256 wv[NB];
-    for (int n = 0; n < NB; ++n) wv[n] = widen(wk + n * 8);
-    for (int m = 0; m < MB; ++m) {
-      __m256 xv = _mm256_loadu_ps(x + m * K + k);
-      for (int n = 0; n < NB; ++n) acc[m][n] = _mm256_fmadd_ps(xv, wv[n], acc[m][n]);
-    }
-  }
-  for (int m = 0; m < MB; ++m)
-    for (int n = 0; n < NB; ++n) {
-      const Y v = static_cast<Y>(hsum(acc[m][n]));
-      y[m * ldy + n] = res ? static_cast<Y>(static_cast<float>(res[m * ldy + n]) + static_cast<float>(v)) : v;
-    }
-}
 
 template <typename Y>
 void run_packed(const float* x, const at::BFloat16* wp, Y* y, const Y* res, int64_t M, int64_t K, int64_t N) {
@@ -124,14 +104,14 @@ void run_packed(const float* x, const at::BFloat16* wp, Y* y, const Y* res, int6
       Y* yb = y + b * 8;
       const Y* rb = res ? res + b * 8 : nullptr;
       if (M == 1) {
-        packed_block<1, 8>(x, wb, 0, yb, rb, K, N);
+        block<1, 8, true>(x, wb, yb, rb, K, N);
         continue;
       }
       for (int h = 0; h < 8; h += 4) {  // half a block at a time: 2 x 4 accumulators, as the plain layout's
         int64_t m = 0;
         for (; m + 2 <= M; m += 2)
-          packed_block<2, 4>(x + m * K, wb, h, yb + m * N + h, rb ? rb + m * N + h : nullptr, K, N);
-        if (m < M) packed_block<1, 4>(x + m * K, wb, h, yb + m * N + h, rb ? rb + m * N + h : nullptr, K, N);
+          block<2, 4, true>(x + m * K, wb + h * 8, yb + m * N + h, rb ? rb + m * N + h : nullptr, K, N);
+        if (m < M) block<1, 4, true>(x + m * K, wb + h * 8, yb + m * N + h, rb ? rb + m * N + h : nullptr, K, N);
       }
     }
   });
