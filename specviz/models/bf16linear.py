@@ -131,7 +131,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     if torch.compiler.is_compiling():
         y = _op(rows, weight)  # [rows, out]
         return y.view(*lead, weight.shape[0]) if residual is None else residual + y.view(*lead, weight.shape[0])
-    # one row (B = 1 decoding, a draft's step): the packed copy streams 1.12x faster end to end; several rows
+    # one row (B = 1 decoding, a draft's step): the packed copy gave B = 1 regular decoding 1.19x; several rows
     # reuse each weight from registers and ran 0.96x over it at B = 8 (BENCHMARKS.md), so they keep the plain one
     if rows.shape[0] == 1 and weight.shape[0] % 8 == 0 and os.environ.get("SPECVIZ_BF16_REPACK", "1") != "0":
         w, is_packed = pack_of(weight), True
