@@ -55,6 +55,7 @@ COMMANDS = {
                          "--max-new-tokens 96 --repeats 2 --dtype bfloat16 --batch-size 1 --peer-weights bf16 "
                          "--peer-modes regular --json",
     "llamacpp-fused-b8": "the same with --batch-size 8",
+    "llamacpp-packed-b1": "llamacpp-fused-b1 with --repeats 3",
     "bf16-kernel": "bench/bf16_kernel.py --rounds 3 --max-new-tokens 64",
     "auto-dtype": "bench/auto_dtype.py --rounds 3",
     "suffix": "bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96",
@@ -182,7 +183,8 @@ def llama_cpp() -> list[str]:
     """`bench --peer llamacpp --json`: every arm against our regular decoding in the same rounds."""
     out = ["| lanes | arm | tokens/s | decode tokens/s | vs ours regular (median) | spread | acceptance | rounds | "
            "commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, log, command, machine in (("llamacpp-peer-2026-12-07-fused", "b1.json", "llamacpp-fused-b1", EPYC),
+    for folder, log, command, machine in (("llamacpp-peer-2026-12-07-packed", "b1.json", "llamacpp-packed-b1", EPYC),
+                                          ("llamacpp-peer-2026-12-07-fused", "b1.json", "llamacpp-fused-b1", EPYC),
                                           ("llamacpp-peer-2026-12-07-fused", "b8.json", "llamacpp-fused-b8", EPYC),
                                           ("llamacpp-peer-2026-12-07", "b1.json", "llamacpp-b1", EPYC),
                                           ("llamacpp-peer-2026-12-07", "b8.json", "llamacpp-b8", EPYC)):
@@ -306,8 +308,9 @@ def section() -> str:
              "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one lane "
              "or 8 (llama.cpp batches its lanes in one context; at 8 lanes it runs regular decoding only), "
              "8 free-form prompts, 96 new tokens, greedy, 2 threads each side, ours in bf16 (through our bf16 kernels, "
-             "below: the rows of commit d4c0ad0 with the forward's other steps fused, those of 2d325b3 with the linear "
-             "kernel alone) with the default pair (`ours default k=2`); "
+             "below: the rows of commit c09c512 with the forward's other steps fused and the packed weight copy for "
+             "one-row calls, those of d4c0ad0 fused without the copy, those of 2d325b3 with the linear kernel alone) "
+             "with the default pair (`ours default k=2`); "
              "llama.cpp's `draft` drafts with the packaged target at 4 bits (it cannot read our distilled draft):", "",
              *llama_cpp(), "",
              "### bf16 on an AVX2 CPU: our kernels against F.linear", "",
