@@ -28,7 +28,7 @@ done
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 # On an AVX2 CPU without native bf16, our bf16 kernel (specviz/models/bf16_linear.cpp) makes bf16 the faster
 # dtype and `--dtype auto` picks it; build it now (once, about a minute) rather than in the first run.
-.venv/bin/python -c "from specviz.models import packed; raise SystemExit(packed.prepare_kernel())"
+.venv/bin/python -c "from specviz.models import packed; packed.prepare_kernel()"
 if [ "$want_browser" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -352,9 +353,6 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch
   return y;
 }
 
-// x [M, K] (bf16 or fp32), w [N, K] bf16, both contiguous, K % 8 == 0 -> y [M, N] in x's dtype, written
-// into out when given (contiguous, that shape and dtype: a caller's reused buffer); res + y when res (a
-// residual of y's shape and dtype) is given.
 torch::Tensor pack(torch::Tensor w) {  // w [N, K] bf16, N % 8 == 0, K % 8 == 0 -> [N / 8, K / 8, 8, 8]
   TORCH_CHECK(w.dim() == 2 && w.size(0) % 8 == 0 && w.size(1) % 8 == 0 && w.scalar_type() == at::kBFloat16,
               "bf16_linear.pack: bf16 [N, K] with N and K multiples of 8");
@@ -362,6 +360,9 @@ torch::Tensor pack(torch::Tensor w) {  // w [N, K] bf16, N % 8 == 0, K % 8 == 0 
 }
 
 // x [M, K], w [N, K] (or, with packed, its pack(): N = 8 x packed's first size) -> y [M, N]; see below.
+// x [M, K] (bf16 or fp32), w [N, K] bf16, both contiguous, K % 8 == 0 -> y [M, N] in x's dtype, written
+// into out when given (contiguous, that shape and dtype: a caller's reused buffer); res + y when res (a
+// residual of y's shape and dtype) is given.
 torch::Tensor linear(torch::Tensor x, torch::Tensor w, std::optional<torch::Tensor> out,
                      std::optional<torch::Tensor> res, bool packed) {
   TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.is_contiguous(), "bf16_linear: w must be contiguous bf16");
@@ -401,6 +402,38 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, std::optional<torch::Tens
   return y;
 }
 
+// ---- a layer's blocks, each in one call ------------------------------------------------------------------
+// The lean forward's bf16 steps chained here instead of from Python: the same functions in the same order,
+// so the same bits, with one Python call per block instead of four to six. Each weight is plain [N, K] or
+// its pack (the caller picks, as for linear).
+
+// h [..., D] -> (the first n heads of qkv rotated [R, n, d], qkv [R, heads, d]), R = h's rows: the attention's
+// input norm, the fused q|k|v projection and the rotary embedding.
+std::tuple<torch::Tensor, torch::Tensor> attn_in(torch::Tensor h, torch::Tensor norm_w, double eps, torch::Tensor qkv_w,
+                                                 bool qkv_packed, torch::Tensor cos, torch::Tensor sin, int64_t heads,
+                                                 int64_t n) {
+  auto x = rms_norm(h.reshape({-1, h.size(-1)}), norm_w, eps);  // [R, D]
+  auto qkv = linear(x, qkv_w, std::nullopt, std::nullopt, qkv_packed);  // [R, heads * d]
+  qkv = qkv.view({qkv.size(0), heads, -1});  // [R, heads, d]
+  return {rope(qkv, cos, sin, n), qkv};
+}
+
+// h + o_proj(attention(q, k, v)): [B, T, D].
+torch::Tensor attn_out(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor allowed, double scale,
+                       torch::Tensor h, torch::Tensor o_w, bool o_packed) {
+  auto a = attention(q, k, v, allowed, scale);  // [B, T, H * d]
+  const int64_t B = a.size(0), T = a.size(1);
+  return linear(a.view({B * T, -1}), o_w, std::nullopt, h.reshape({B * T, -1}), o_packed).view(h.sizes());
+}
+
+// h + down(silu(gate) * up) of the post-attention norm of h: [..., D].
+torch::Tensor mlp(torch::Tensor h, torch::Tensor norm_w, double eps, torch::Tensor gu_w, bool gu_packed,
+                  torch::Tensor down_w, bool down_packed) {
+  auto rows = h.reshape({-1, h.size(-1)});  // [R, D]
+  auto gu = linear(rms_norm(rows, norm_w, eps), gu_w, std::nullopt, std::nullopt, gu_packed);  // [R, 2I]
+  return linear(silu_mul(gu), down_w, std::nullopt, rows, down_packed).view(h.sizes());
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &linear, "x @ w.T, bf16 weights widened in registers", py::arg("x"), py::arg("w"),
         py::arg("out") = py::none(), py::arg("res") = py::none(), py::arg("packed") = false);
@@ -411,4 +444,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("v"), py::arg("allowed"), py::arg("scale"));
   m.def("rope", &rope, "rotary embedding of the first n heads", py::arg("qkv"), py::arg("cos"), py::arg("sin"),
         py::arg("n"));
+  m.def("attn_in", &attn_in, "input norm, q|k|v projection, rotary", py::arg("h"), py::arg("norm_w"), py::arg("eps"),
+        py::arg("qkv_w"), py::arg("qkv_packed"), py::arg("cos"), py::arg("sin"), py::arg("heads"), py::arg("n"));
+  m.def("attn_out", &attn_out, "h + o_proj(attention)", py::arg("q"), py::arg("k"), py::arg("v"), py::arg("allowed"),
+        py::arg("scale"), py::arg("h"), py::arg("o_w"), py::arg("o_packed"));
+  m.def("mlp", &mlp, "h + the MLP of its norm", py::arg("h"), py::arg("norm_w"), py::arg("eps"), py::arg("gu_w"),
+        py::arg("gu_packed"), py::arg("down_w"), py::arg("down_packed"));
 }

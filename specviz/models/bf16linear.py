@@ -131,15 +131,52 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     if torch.compiler.is_compiling():
         y = _op(rows, weight)  # [rows, out]
         return y.view(*lead, weight.shape[0]) if residual is None else residual + y.view(*lead, weight.shape[0])
-    # one row (B = 1 decoding, a draft's step): the packed copy gave B = 1 regular decoding 1.19x; several rows
-    # reuse each weight from registers and ran 0.96x over it at B = 8 (BENCHMARKS.md), so they keep the plain one
-    if rows.shape[0] == 1 and weight.shape[0] % 8 == 0 and os.environ.get("SPECVIZ_BF16_REPACK", "1") != "0":
-        w, is_packed = pack_of(weight), True
-    else:
-        w, is_packed = weight.contiguous(), False
+    w, is_packed = _weight(weight, rows.shape[0])
     y = module().linear(rows, w, None if out is None else out.view(rows.shape[0], -1),
                         None if residual is None else residual.reshape(rows.shape[0], -1), is_packed)
     return y.view(*lead, weight.shape[0])
+
+
+def _weight(weight: torch.Tensor, rows: int) -> tuple[torch.Tensor, bool]:
+    """The copy of ``weight`` a call of ``rows`` rows reads, and whether it is the packed one. One row (B = 1
+    decoding, a draft's step): the packed copy gave B = 1 regular decoding 1.19x; several rows reuse each weight
+    from registers and ran 0.96x over it at B = 8 (BENCHMARKS.md), so they keep the plain one."""
+    if rows == 1 and weight.shape[0] % 8 == 0 and os.environ.get("SPECVIZ_BF16_REPACK", "1") != "0":
+        return pack_of(weight), True
+    return weight.contiguous(), False
+
+
+def blocks_fit(layer, hidden: torch.Tensor) -> bool:
+    """A lean-forward layer (fused projections) whose blocks ``attn_in``, ``attn_out`` and ``mlp`` take: bf16
+    hidden states, norms and weights, every weight's rows a multiple of 8 long."""
+    weights = (layer._specviz_qkv, layer.self_attn.o_proj.weight, layer._specviz_gate_up, layer.mlp.down_proj.weight)
+    norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
+    return (hidden.dtype == torch.bfloat16 and all(n.dtype == torch.bfloat16 for n in norms)
+            and all(fits(hidden, w) for w in weights))
+
+
+def attn_in(h: torch.Tensor, norm, qkv_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int,
+            n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """bf16 h [..., hidden] -> (qk [R, n, d], qkv [R, heads, d]), R = h's rows: the input norm, the fused q|k|v
+    projection, and its first n heads rotated (cos/sin [R, d]). One call; the same bits as rms_norm, linear
+    and rope called in turn."""
+    w, is_packed = _weight(qkv_weight, h.numel() // h.shape[-1])
+    return module().attn_in(h, norm.weight, norm.variance_epsilon, w, is_packed, cos, sin, heads, n)
+
+
+def attn_out(q, k, v, allowed: torch.Tensor, scale: float, h: torch.Tensor, o_weight: torch.Tensor) -> torch.Tensor:
+    """h [B, T, hidden] + o_proj(attention(q, k, v, allowed, scale)) in one call (the same bits as ``attention``
+    then ``linear`` with the residual)."""
+    w, is_packed = _weight(o_weight, h.numel() // h.shape[-1])
+    return module().attn_out(q, k, v, allowed, scale, h, w, is_packed)
+
+
+def mlp(h: torch.Tensor, norm, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    """h + down(silu(gate) * up) of norm(h), [..., hidden], in one call (the same bits as rms_norm, linear,
+    silu_mul and linear with the residual called in turn)."""
+    rows = h.numel() // h.shape[-1]
+    (gw, gp), (dw, dp) = _weight(gate_up, rows), _weight(down, rows)
+    return module().mlp(h, norm.weight, norm.variance_epsilon, gw, gp, dw, dp)
 
 
 def pack_of(weight: torch.Tensor) -> torch.Tensor:

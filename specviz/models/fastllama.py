@@ -100,8 +100,7 @@ def _fused(pk: bool, d: int) -> bool:
     """bf16 through our AVX2 kernel (oneDNN cannot pack here): the other steps run fused too (bf16linear's
     rms_norm, silu_mul, rope and attention: one op each instead of five to a dozen small ones), unless
     SPECVIZ_BF16_FUSED=0."""
-    return (pk and not packed.cpu_packs_bf16() and d % 16 == 0
-            and os.environ.get("SPECVIZ_BF16_FUSED", "1") != "0")
+    return pk and packed.kernel_is_faster() and d % 16 == 0 and os.environ.get("SPECVIZ_BF16_FUSED", "1") != "0"
 
 
 def _rms_norm(x: torch.Tensor, norm, fused: bool = False) -> torch.Tensor:
@@ -258,6 +257,8 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     if compiler is not None and blocked is not None and query_slots is not None:
         done = compiler.run(inner.layers, h, cos, sin, blocked, cache.layer_views(B), query_slots,
                             (H, Hkv, d, groups, scale))
+    if done is None and fused and T < MANY_QUERIES and bf16linear.blocks_fit(inner.layers[0], h):
+        done = _bf16_layers(inner.layers, h, cos, sin, allowed[:, 0], cache, (H, Hkv, d, scale))
     for i, layer in enumerate(inner.layers if done is None else []):
         attn = layer.self_attn
         x = _rms_norm(h, layer.input_layernorm, fused)
@@ -280,6 +281,24 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
         h = h[:, -1:]
     h = _rms_norm(h.contiguous(), inner.norm, fused)
     return _head(model, h, logits_out, pk)
+
+
+def _bf16_layers(layers, h: torch.Tensor, cos, sin, allowed: torch.Tensor, cache, heads) -> torch.Tensor:
+    """The decoder layers for a few query slots per row in bf16 through our kernel, three calls a layer
+    (bf16linear's attn_in, attn_out and mlp: the fused path's ops chained in C++, the same bits)."""
+    H, Hkv, d, scale = heads
+    B, T = h.shape[:2]
+    cos, sin = cos.reshape(-1, d), sin.reshape(-1, d)  # [B*T, d]
+    for i, layer in enumerate(layers):
+        qk, qkv = bf16linear.attn_in(h, layer.input_layernorm, layer._specviz_qkv, cos, sin, H + 2 * Hkv, H + Hkv)
+        qk, qkv = qk.view(B, T, H + Hkv, d), qkv.view(B, T, H + 2 * Hkv, d)
+        q = qk[:, :, :H].transpose(1, 2)  # [B, H, T, d]
+        k = qk[:, :, H:].transpose(1, 2)  # [B, Hkv, T, d]
+        v = qkv[:, :, H + Hkv:].transpose(1, 2)
+        k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
+        h = bf16linear.attn_out(q, k, v, allowed, scale, h, layer.self_attn.o_proj.weight)
+        h = bf16linear.mlp(h, layer.post_attention_layernorm, layer._specviz_gate_up, layer.mlp.down_proj.weight)
+    return h
 
 
 def _head(model, h: torch.Tensor, out: torch.Tensor | None, pk: bool = False) -> torch.Tensor:

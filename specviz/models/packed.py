@@ -50,14 +50,14 @@ def kernel_is_faster() -> bool:
     return enabled_here() and not cpu_packs_bf16() and bf16linear.available()
 
 
-def prepare_kernel() -> int:
-    """setup.sh's step: build the kernel now where it would be the bf16 path, so a first run does not wait."""
+def prepare_kernel() -> None:
+    """setup.sh's step: build the kernel now where it would be the bf16 path, so a first run does not wait.
+    A failed build is not an error: bf16 then runs through F.linear, and --dtype auto picks float32."""
     if not bf16linear.wanted() or cpu_packs_bf16():
-        return 0
+        return
     ok = bf16linear.module() is not None
     print("specviz: bf16 kernel " + ("ready" if ok else "not built; bf16 on this CPU runs through F.linear "
                                       "and --dtype auto picks float32"), file=sys.stderr)
-    return 0
 
 
 def enabled(weight: torch.Tensor) -> bool:

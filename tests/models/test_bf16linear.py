@@ -214,6 +214,36 @@ def _llama_d16(dtype=torch.bfloat16):
 
 
 @pytest.mark.skipif(packed.cpu_packs_bf16(), reason="oneDNN packs bf16 here: the kernel is not the bf16 path")
+@pytest.mark.parametrize("B,T", [(1, 1), (3, 5), (8, 2)])
+def test_a_layers_blocks_in_one_call_each_give_the_op_by_op_bits(monkeypatch, B, T):
+    """attn_in, attn_out and mlp chain the fused ops in C++: the logits equal the op-by-op fused path's."""
+    from transformers import DynamicCache
+
+    from specviz.models import fastllama
+
+    model = _llama_d16().model
+    fastllama.fuse_projections(model)
+    g = torch.Generator().manual_seed(B * 10 + T)
+    ids = torch.randint(0, 64, (B, 20 + T), generator=g)
+    valid = torch.ones(B, 20 + T, dtype=torch.bool)
+    valid[0, :3] = False  # a ragged row: left padding
+    pos = (valid.long().cumsum(1) - 1).clamp(min=0)
+
+    def logits():
+        cache = DynamicCache(config=model.config)
+        fastllama.forward(model, ids[:, :20], valid[:, :20], pos[:, :20], cache)  # prefill
+        return fastllama.forward(model, ids[:, 20:], valid, pos[:, 20:], cache)  # [B, T, V]
+
+    calls = []
+    mlp = bf16linear.mlp
+    monkeypatch.setattr(bf16linear, "mlp", lambda *a: calls.append(1) or mlp(*a))
+    blocks = logits()
+    assert len(calls) == 2  # the decode forward's two layers ran as blocks (the 20-slot prefill op by op)
+    monkeypatch.setattr(bf16linear, "blocks_fit", lambda *a: False)
+    assert torch.equal(blocks, logits())
+
+
+@pytest.mark.skipif(packed.cpu_packs_bf16(), reason="oneDNN packs bf16 here: the kernel is not the bf16 path")
 @pytest.mark.parametrize("kw", [{}, {"lanes": 2}], ids=["chains", "queue"])
 @pytest.mark.parametrize("heads", ["d8", "d16-fused"])
 def test_bf16_greedy_through_the_kernel_equals_bf16_regular_greedy_per_row(kw, heads, monkeypatch):
@@ -221,8 +251,8 @@ def test_bf16_greedy_through_the_kernel_equals_bf16_regular_greedy_per_row(kw, h
     with the linears alone through the kernel (8-wide heads) and with the fused elementwise steps too."""
     target = tiny_llama(64, layers=2, dtype=torch.bfloat16) if heads == "d8" else _llama_d16()
     calls = []
-    rope = bf16linear.rope
-    monkeypatch.setattr(bf16linear, "rope", lambda *a: calls.append(1) or rope(*a))
+    attn_in = bf16linear.attn_in
+    monkeypatch.setattr(bf16linear, "attn_in", lambda *a: calls.append(1) or attn_in(*a))
     draft = perturbed_copy(target, 0.3)
     prompts = ragged_prompts(4, 64, seed=3)
     dec = decoder_for_ids(target, ModelDraft(draft), prompts, 3, 10, **kw)
