@@ -301,20 +301,22 @@ void attend(const at::BFloat16* qh, const at::BFloat16* kh, const at::BFloat16* 
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     const __m256 tv = _mm256_set1_ps(_mm_cvtss_f32(m));
-    __m256 total = _mm256_setzero_ps();
     for (int64_t l = 0; l < Lp; l += 8) {  // e^(p - top), 0 where masked
       const __m256 pv = _mm256_loadu_ps(pt + l);
-      const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(pv, tv)), _mm256_cmp_ps(pv, none, _CMP_NEQ_OQ));
-      _mm256_storeu_ps(pt + l, e);
-      total = _mm256_add_ps(total, e);
+      _mm256_storeu_ps(pt + l, _mm256_and_ps(exp8(_mm256_sub_ps(pv, tv)), _mm256_cmp_ps(pv, none, _CMP_NEQ_OQ)));
     }
+    // summed one slot after another: a masked slot adds an exact 0, so the sum, like the weighted sum below,
+    // does not depend on where the masked slots are (a row whose cache has holes gets the bits of one without;
+    // 8 lanes by slot position would not)
+    float total = 0.0f;
+    for (int64_t l = 0; l < L; ++l) total += pt[l];
     for (int64_t j = 0; j < J; ++j) r[j] = _mm256_setzero_ps();
     for (int64_t l = 0; l < L; ++l) {  // the probabilities' weighted sum of v, in registers
       if (!seen[t * L + l]) continue;
       const __m256 ev = _mm256_set1_ps(pt[l]);
       for (int64_t j = 0; j < J; ++j) r[j] = _mm256_fmadd_ps(ev, widen(vh + l * dd + j * 8), r[j]);
     }
-    const __m256 inv = _mm256_set1_ps(1.0f / hsum(total));
+    const __m256 inv = _mm256_set1_ps(1.0f / total);
     for (int64_t j = 0; j < J; ++j) store_bf16(out + t * out_stride + j * 8, _mm256_mul_ps(r[j], inv));
   }
 }

@@ -187,6 +187,32 @@ def test_fused_attention_is_within_one_bf16_step_of_the_eager_path_and_batch_inv
     assert torch.equal(alone, fused[-1:])
 
 
+@pytest.mark.parametrize("d", [64, 16])
+def test_fused_attention_gives_a_query_the_same_bits_with_masked_slots_anywhere_in_the_cache(d):
+    """A speculative row's cache holds holes (rolled-back drafts, another row's longer prompt) where a regular
+    row's has none: the query over the same visible keys must come out the same, and the same as alone (T = 1)."""
+    from specviz.models import fastllama
+
+    g = torch.Generator().manual_seed(d)
+    # a sum in another order moves an fp32 result by an ulp or so, which changes its bf16 rounding about once
+    # in 2^16 outputs: enough outputs (B H T d = 262k at d = 64) that an order depending on the holes shows
+    B, H, Hkv, L, T = 16, 32, 8, 200, 8
+    q = torch.randn(B, H, T, d, generator=g).to(torch.bfloat16)  # [B, H, T, d]
+    k, v = (torch.randn(B, Hkv, L, d, generator=g).to(torch.bfloat16) for _ in range(2))  # [B, Hkv, L, d]
+    plain = bf16linear.attention(q, k, v, fastllama.visible(torch.ones(B, L, dtype=torch.bool), T), d ** -0.5)
+    for holes in ([0], [3, 4, 5], [10, 17, 31, 32, 33], list(range(0, 190, 3))):
+        keep = torch.ones(L + len(holes), dtype=torch.bool)
+        keep[[h + i for i, h in enumerate(holes)]] = False  # a masked slot before original slot h
+        k2, v2 = (torch.zeros(B, Hkv, L + len(holes), d, dtype=torch.bfloat16) for _ in range(2))
+        k2[:, :, keep], v2[:, :, keep] = k, v
+        k2[:, :, ~keep], v2[:, :, ~keep] = 7.0, -7.0  # masked: never read into the result
+        holey = bf16linear.attention(q, k2, v2, fastllama.visible(keep.expand(B, -1), T), d ** -0.5)
+        assert torch.equal(holey, plain), holes
+    first = bf16linear.attention(q[:, :, :1], k[:, :, :L - T + 1], v[:, :, :L - T + 1],
+                                 fastllama.visible(torch.ones(B, L - T + 1, dtype=torch.bool), 1), d ** -0.5)
+    assert torch.equal(first[:, 0], plain[:, 0])
+
+
 def test_fused_elementwise_steps_give_a_row_the_same_bits_whatever_rows_share_the_call():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(11, 576, generator=g).to(torch.bfloat16)
