@@ -56,12 +56,16 @@ COMMANDS = {
                          "--peer-modes regular --json",
     "llamacpp-fused-b8": "the same with --batch-size 8",
     "llamacpp-packed-b1": "llamacpp-fused-b1 with --repeats 3",
+    "llamacpp-blocks": "llamacpp-fused-b1 with --repeats 3, and again with --batch-size 8",
     "bf16-kernel": "bench/bf16_kernel.py --rounds 3 --max-new-tokens 64",
     "auto-dtype": "bench/auto_dtype.py --rounds 3",
     "suffix": "bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96",
     "suffix-goodput": "specviz calibrate --draft ngram --dtype bfloat16 --device cpu --batch-sizes 1,2,4,8 --k-max 8, then "
                       'bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96 --batch-sizes 8,1 --no-chat '
                       '--arms "ngram;suffix;suffix, k = 12;suffix, k = 12, goodput"',
+    "suffix-4x3": "specviz calibrate --draft ngram --dtype bfloat16 --device cpu --batch-sizes 1,2,4,8 --k-max 8, then "
+                  'bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96 --batch-sizes 1,8 --no-chat '
+                  '--arms "ngram;suffix;suffix, k = 12;suffix, k = 12, goodput"',
     "suffix-goodput-b8": 'bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96 --batch-sizes 8 --no-chat '
                          '--arms "suffix;suffix, k = 12;suffix, k = 12, goodput" (after suffix-goodput\'s calibration)',
     "trees": f"bench/trees.py --prompts {FREEFORM} --batch-size 1 --rounds 3 --drafts token:{TOKEN},old:OLD,wide:{FEATURE} "
@@ -183,7 +187,9 @@ def llama_cpp() -> list[str]:
     """`bench --peer llamacpp --json`: every arm against our regular decoding in the same rounds."""
     out = ["| lanes | arm | tokens/s | decode tokens/s | vs ours regular (median) | spread | acceptance | rounds | "
            "commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, log, command, machine in (("llamacpp-peer-2026-12-07-packed", "b1.json", "llamacpp-packed-b1", EPYC),
+    for folder, log, command, machine in (("llamacpp-peer-2026-12-07-blocks", "b1.json", "llamacpp-blocks", EPYC),
+                                          ("llamacpp-peer-2026-12-07-blocks", "b8.json", "llamacpp-blocks", EPYC),
+                                          ("llamacpp-peer-2026-12-07-packed", "b1.json", "llamacpp-packed-b1", EPYC),
                                           ("llamacpp-peer-2026-12-07-fused", "b1.json", "llamacpp-fused-b1", EPYC),
                                           ("llamacpp-peer-2026-12-07-fused", "b8.json", "llamacpp-fused-b8", EPYC),
                                           ("llamacpp-peer-2026-12-07", "b1.json", "llamacpp-b1", EPYC),
@@ -250,7 +256,8 @@ def suffix_tables(path: Path) -> list[dict]:
 def suffix() -> list[str]:
     out = ["| workload | B | draft (k) | vs regular (median) | spread over rounds | acceptance | draft ms / step | "
            "rounds | commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, machine, command in (("suffix-goodput-2026-12-07b", EPYC, "suffix-goodput-b8"),
+    for folder, machine, command in (("suffix-4x3-2026-12-07", EPYC, "suffix-4x3"),
+                                     ("suffix-goodput-2026-12-07b", EPYC, "suffix-goodput-b8"),
                                      ("suffix-goodput-2026-12-07", EPYC, "suffix-goodput"),
                                      ("suffix-hybrid-2026-12-05", XEON, "suffix")):
         commit = (RESULTS / folder / "commit.txt").read_text().strip()
@@ -308,8 +315,10 @@ def section() -> str:
              "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one lane "
              "or 8 (llama.cpp batches its lanes in one context; at 8 lanes it runs regular decoding only), "
              "8 free-form prompts, 96 new tokens, greedy, 2 threads each side, ours in bf16 (through our bf16 kernels, "
-             "below: the rows of commit c09c512 with the forward's other steps fused and the packed weight copy for "
-             "one-row calls, those of d4c0ad0 fused without the copy, those of 2d325b3 with the linear kernel alone) "
+             "below: the rows of commit 2086839 with each layer in three C++ calls and 4 x 3 register blocks for "
+             "calls of several rows, those of c09c512 with the forward's other steps fused and the packed weight copy "
+             "for one-row calls, those of d4c0ad0 fused without the copy, those of 2d325b3 with the linear kernel "
+             "alone) "
              "with the default pair (`ours default k=2`); "
              "llama.cpp's `draft` drafts with the packaged target at 4 bits (it cannot read our distilled draft):", "",
              *llama_cpp(), "",
