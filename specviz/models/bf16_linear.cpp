@@ -361,10 +361,9 @@ torch::Tensor pack(torch::Tensor w) {  // w [N, K] bf16, N % 8 == 0, K % 8 == 0 
   return w.view({w.size(0) / 8, 8, w.size(1) / 8, 8}).permute({0, 2, 1, 3}).contiguous();
 }
 
-// x [M, K], w [N, K] (or, with packed, its pack(): N = 8 x packed's first size) -> y [M, N]; see below.
-// x [M, K] (bf16 or fp32), w [N, K] bf16, both contiguous, K % 8 == 0 -> y [M, N] in x's dtype, written
-// into out when given (contiguous, that shape and dtype: a caller's reused buffer); res + y when res (a
-// residual of y's shape and dtype) is given.
+// x [M, K] (bf16 or fp32), w [N, K] bf16 (or, with packed, its pack(): N = 8 x packed's first size), both
+// contiguous, K % 8 == 0 -> y [M, N] in x's dtype, written into out when given (contiguous, that shape and dtype:
+// a caller's reused buffer); res + y when res (a residual of y's shape and dtype) is given.
 torch::Tensor linear(torch::Tensor x, torch::Tensor w, std::optional<torch::Tensor> out,
                      std::optional<torch::Tensor> res, bool packed) {
   TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.is_contiguous(), "bf16_linear: w must be contiguous bf16");
