@@ -1,12 +1,14 @@
 // y = x @ w.T for bf16 weights on an x86 CPU with AVX2 and FMA but no native bf16 dot product, and the
 // lean forward's other steps around it (RMSNorm, silu(gate) * up, rotary, few-query attention) fused for bf16.
-// (specviz/models/bf16linear.py builds and loads this file; its docstring says why it exists.)
+// (specviz/models/bf16linear.py builds and loads this file with bf16_layers.cpp; its docstring says why they exist.)
 //
 // Each weight is widened to fp32 in registers (a bf16 is the top half of an fp32) and multiplied in
 // fp32, so the weights cross the memory bus at 2 bytes and are never written back widened. Every
 // output y[m, n] is ONE 8-lane fp32 accumulator run over k in order, then the same horizontal sum: the
 // result of a row does not depend on how many other rows share the call (batch invariant), whichever
 // register block computes it.
+#include "bf16_ops.h"
+
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -401,54 +403,4 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, std::optional<torch::Tens
   for (int64_t i = 0; i < M * K; i += 8) _mm256_storeu_ps(xf.data() + i, widen(xb + i));
   go(xf.data(), y.data_ptr<at::BFloat16>(), r.defined() ? r.data_ptr<at::BFloat16>() : nullptr);
   return y;
-}
-
-// ---- a layer's blocks, each in one call ------------------------------------------------------------------
-// The lean forward's bf16 steps chained here instead of from Python: the same functions in the same order,
-// so the same bits, with one Python call per block instead of four to six. Each weight is plain [N, K] or
-// its pack (the caller picks, as for linear).
-
-// h [..., D] -> (the first n heads of qkv rotated [R, n, d], qkv [R, heads, d]), R = h's rows: the attention's
-// input norm, the fused q|k|v projection and the rotary embedding.
-std::tuple<torch::Tensor, torch::Tensor> attn_in(torch::Tensor h, torch::Tensor norm_w, double eps, torch::Tensor qkv_w,
-                                                 bool qkv_packed, torch::Tensor cos, torch::Tensor sin, int64_t heads,
-                                                 int64_t n) {
-  auto x = rms_norm(h.reshape({-1, h.size(-1)}), norm_w, eps);  // [R, D]
-  auto qkv = linear(x, qkv_w, std::nullopt, std::nullopt, qkv_packed);  // [R, heads * d]
-  qkv = qkv.view({qkv.size(0), heads, -1});  // [R, heads, d]
-  return {rope(qkv, cos, sin, n), qkv};
-}
-
-// h + o_proj(attention(q, k, v)): [B, T, D].
-torch::Tensor attn_out(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor allowed, double scale,
-                       torch::Tensor h, torch::Tensor o_w, bool o_packed) {
-  auto a = attention(q, k, v, allowed, scale);  // [B, T, H * d]
-  const int64_t B = a.size(0), T = a.size(1);
-  return linear(a.view({B * T, -1}), o_w, std::nullopt, h.reshape({B * T, -1}), o_packed).view(h.sizes());
-}
-
-// h + down(silu(gate) * up) of the post-attention norm of h: [..., D].
-torch::Tensor mlp(torch::Tensor h, torch::Tensor norm_w, double eps, torch::Tensor gu_w, bool gu_packed,
-                  torch::Tensor down_w, bool down_packed) {
-  auto rows = h.reshape({-1, h.size(-1)});  // [R, D]
-  auto gu = linear(rms_norm(rows, norm_w, eps), gu_w, std::nullopt, std::nullopt, gu_packed);  // [R, 2I]
-  return linear(silu_mul(gu), down_w, std::nullopt, rows, down_packed).view(h.sizes());
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear", &linear, "x @ w.T, bf16 weights widened in registers", py::arg("x"), py::arg("w"),
-        py::arg("out") = py::none(), py::arg("res") = py::none(), py::arg("packed") = false);
-  m.def("pack", &pack, "w [N, K] -> [N / 8, K / 8, 8, 8] for linear(..., packed=True)", py::arg("w"));
-  m.def("rms_norm", &rms_norm, "LlamaRMSNorm on bf16 rows", py::arg("x"), py::arg("w"), py::arg("eps"));
-  m.def("silu_mul", &silu_mul, "silu(gate) * up on bf16 rows", py::arg("gu"));
-  m.def("attention", &attention, "a few query slots per row over the cache", py::arg("q"), py::arg("k"),
-        py::arg("v"), py::arg("allowed"), py::arg("scale"));
-  m.def("rope", &rope, "rotary embedding of the first n heads", py::arg("qkv"), py::arg("cos"), py::arg("sin"),
-        py::arg("n"));
-  m.def("attn_in", &attn_in, "input norm, q|k|v projection, rotary", py::arg("h"), py::arg("norm_w"), py::arg("eps"),
-        py::arg("qkv_w"), py::arg("qkv_packed"), py::arg("cos"), py::arg("sin"), py::arg("heads"), py::arg("n"));
-  m.def("attn_out", &attn_out, "h + o_proj(attention)", py::arg("q"), py::arg("k"), py::arg("v"), py::arg("allowed"),
-        py::arg("scale"), py::arg("h"), py::arg("o_w"), py::arg("o_packed"));
-  m.def("mlp", &mlp, "h + the MLP of its norm", py::arg("h"), py::arg("norm_w"), py::arg("eps"), py::arg("gu_w"),
-        py::arg("gu_packed"), py::arg("down_w"), py::arg("down_packed"));
 }

@@ -10,8 +10,10 @@ fp32 FMAs: the weights cross the bus at 2 bytes and a wide verify runs at fp32's
 
 The same extension holds the lean forward's other steps for such bf16 rows, each one op instead of five to
 a dozen small ones (``rms_norm``, ``silu_mul``, ``rope``, and ``attention`` for a few query slots per row over
-the cache): fastllama uses them wherever it uses the kernel. They round to bf16 where the eager ops round, so
-their outputs are the eager ops' bits or one bf16 step from them (their fp32 sums and exp differ in order).
+the cache): fastllama uses them wherever it uses the kernel, and for forwards of a few slots per row (decode,
+verify, draft steps) runs every decoder layer in one call (``decoder``, bf16_layers.cpp). They round to bf16
+where the eager ops round, so their outputs are the eager ops' bits or one bf16 step from them (their fp32
+sums and exp differ in order).
 
 Its sums are fp32 in a fixed order per output, the same whatever the row count (batch invariant),
 but not ``F.linear``'s order: bf16 outputs differ from the plain path's by float rounding (tests
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("bf16_linear.cpp")
+SOURCES = [Path(__file__).with_name(f) for f in ("bf16_linear.cpp", "bf16_layers.cpp")]  # (and bf16_ops.h)
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 
 
@@ -58,7 +60,8 @@ def module():
         print("specviz: building the bf16 kernel for this CPU (once per machine; about a minute)", file=sys.stderr)
     try:  # into torch's extension folder (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions), rebuilt when
         # the source or torch changes; not under SPECVIZ_CACHE, so a process with a fresh cache folder reuses it
-        return cpp_extension.load("specviz_bf16_linear", [str(SOURCE)], extra_cflags=FLAGS, verbose=False)
+        return cpp_extension.load("specviz_bf16_linear", [str(f) for f in SOURCES], extra_cflags=FLAGS,
+                                     verbose=False)
     except Exception as e:  # noqa: BLE001 - any build failure means: the plain path
         print(f"specviz: bf16 kernel not built ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
               "bf16 linears run through F.linear", file=sys.stderr)
@@ -137,46 +140,68 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     return y.view(*lead, weight.shape[0])
 
 
-def _weight(weight: torch.Tensor, rows: int) -> tuple[torch.Tensor, bool]:
+def _weight(weight: torch.Tensor, rows: int, repack: bool | None = None) -> tuple[torch.Tensor, bool]:
     """The copy of ``weight`` a call of ``rows`` rows reads, and whether it is the packed one. One row (B = 1
     decoding, a draft's step): the packed copy gave B = 1 regular decoding 1.19x; several rows reuse each weight
-    from registers and ran 0.96x over it at B = 8 (BENCHMARKS.md), so they keep the plain one."""
-    if rows == 1 and weight.shape[0] % 8 == 0 and os.environ.get("SPECVIZ_BF16_REPACK", "1") != "0":
+    from registers and ran 0.96x over it at B = 8 (BENCHMARKS.md), so they keep the plain one. ``repack``: the
+    switch below, when the caller has read it already."""
+    if repack is None:
+        repack = os.environ.get("SPECVIZ_BF16_REPACK", "1") != "0"
+    if rows == 1 and repack and weight.shape[0] % 8 == 0:
         return pack_of(weight), True
     return weight.contiguous(), False
 
 
-def blocks_fit(layer, hidden: torch.Tensor) -> bool:
-    """A lean-forward layer (fused projections) whose blocks ``attn_in``, ``attn_out`` and ``mlp`` take: bf16
-    hidden states, norms and weights, every weight's rows a multiple of 8 long."""
+def decoder_fits(layer, hidden: torch.Tensor) -> bool:
+    """A lean-forward layer (fused projections) that ``decoder`` takes: bf16 hidden states, norms and weights,
+    every weight's rows a multiple of 8 long."""
     weights = (layer._specviz_qkv, layer.self_attn.o_proj.weight, layer._specviz_gate_up, layer.mlp.down_proj.weight)
     norms = (layer.input_layernorm.weight, layer.post_attention_layernorm.weight)
     return (hidden.dtype == torch.bfloat16 and all(n.dtype == torch.bfloat16 for n in norms)
             and all(fits(hidden, w) for w in weights))
 
 
-def attn_in(h: torch.Tensor, norm, qkv_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int,
-            n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """bf16 h [..., hidden] -> (qk [R, n, d], qkv [R, heads, d]), R = h's rows: the input norm, the fused q|k|v
-    projection, and its first n heads rotated (cos/sin [R, d]). One call; the same bits as rms_norm, linear
-    and rope called in turn."""
-    w, is_packed = _weight(qkv_weight, h.numel() // h.shape[-1])
-    return module().attn_in(h, norm.weight, norm.variance_epsilon, w, is_packed, cos, sin, heads, n)
+def decoder(layers, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, allowed: torch.Tensor,
+            keys: list[torch.Tensor], values: list[torch.Tensor], cols: torch.Tensor | None, heads: int,
+            kv_heads: int, scale: float) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """Every decoder layer over bf16 h [B, T, hidden] in one call (bf16_layers.cpp: the fused path's ops in its
+    order, the same bits). cos/sin [B * T, d]; allowed [B, T, S]; keys/values per layer: with ``cols`` [T] a
+    static cache's buffers [B, Hkv, C, d], written in place at those columns; without, the cache so far (an
+    empty tensor for none), grown by the new slots. -> (h, keys, values)."""
+    one_row = h.numel() // h.shape[-1] == 1 and os.environ.get("SPECVIZ_BF16_REPACK", "1") != "0"
+    weights, flags, eps = _decoder_weights(layers, one_row)
+    return module().decoder(h, weights, flags, eps, cos, sin, allowed, keys, values, cols, heads, kv_heads, scale)
 
 
-def attn_out(q, k, v, allowed: torch.Tensor, scale: float, h: torch.Tensor, o_weight: torch.Tensor) -> torch.Tensor:
-    """h [B, T, hidden] + o_proj(attention(q, k, v, allowed, scale)) in one call (the same bits as ``attention``
-    then ``linear`` with the residual)."""
-    w, is_packed = _weight(o_weight, h.numel() // h.shape[-1])
-    return module().attn_out(q, k, v, allowed, scale, h, w, is_packed)
+def _decoder_weights(layers, one_row: bool) -> tuple[list[torch.Tensor], list[bool], list[float]]:
+    """``decoder``'s weights (6 per layer), their packed flags and the norms' epsilons, kept on ``layers``
+    between forwards (gathering them walks ~300 module attributes, ~0.5 ms a forward here) and made again when
+    a weight changed in place or the rows' layout changes; fastllama drops them when it fuses the layers
+    anew (new weight tensors)."""
+    plain = layers.__dict__.get("_specviz_decoder_plain")
+    if plain is None:
+        plain = [(c.input_layernorm.weight, c._specviz_qkv, c.self_attn.o_proj.weight, c.post_attention_layernorm.weight,
+                  c._specviz_gate_up, c.mlp.down_proj.weight) for c in layers]
+        layers._specviz_decoder_plain = plain
+        layers._specviz_decoder_eps = [e for c in layers for e in (c.input_layernorm.variance_epsilon,
+                                                                   c.post_attention_layernorm.variance_epsilon)]
+    key = (one_row, tuple(w._version for ws in plain for w in ws))
+    held = layers.__dict__.get("_specviz_decoder_picked")
+    if held is None or held[0] != key:
+        weights, flags = [], []
+        for n1, qkv, o, n2, gate_up, down in plain:
+            picked = [_weight(w, 1 if one_row else 2, one_row) for w in (qkv, o, gate_up, down)]
+            weights += [n1, picked[0][0], picked[1][0], n2, picked[2][0], picked[3][0]]
+            flags += [False, picked[0][1], picked[1][1], False, picked[2][1], picked[3][1]]
+        held = (key, weights, flags)
+        layers._specviz_decoder_picked = held
+    return held[1], held[2], layers._specviz_decoder_eps
 
 
-def mlp(h: torch.Tensor, norm, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
-    """h + down(silu(gate) * up) of norm(h), [..., hidden], in one call (the same bits as rms_norm, linear,
-    silu_mul and linear with the residual called in turn)."""
-    rows = h.numel() // h.shape[-1]
-    (gw, gp), (dw, dp) = _weight(gate_up, rows), _weight(down, rows)
-    return module().mlp(h, norm.weight, norm.variance_epsilon, gw, gp, dw, dp)
+def forget_decoder_weights(layers) -> None:
+    """Drop what ``_decoder_weights`` keeps on ``layers`` (their weights were replaced)."""
+    for name in ("_specviz_decoder_plain", "_specviz_decoder_eps", "_specviz_decoder_picked"):
+        layers.__dict__.pop(name, None)
 
 
 def pack_of(weight: torch.Tensor) -> torch.Tensor:

@@ -91,6 +91,7 @@ def _fuse_layers(model: torch.nn.Module) -> None:
     for layer in model.model.layers:
         if _is_fused(layer):
             continue
+        bf16linear.forget_decoder_weights(model.model.layers)  # they held the old weights
         attn, mlp = layer.self_attn, layer.mlp
         layer._specviz_qkv = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
         layer._specviz_gate_up = _fuse([mlp.gate_proj, mlp.up_proj])
@@ -257,8 +258,8 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     if compiler is not None and blocked is not None and query_slots is not None:
         done = compiler.run(inner.layers, h, cos, sin, blocked, cache.layer_views(B), query_slots,
                             (H, Hkv, d, groups, scale))
-    if done is None and fused and T < MANY_QUERIES and bf16linear.blocks_fit(inner.layers[0], h):
-        done = _bf16_layers(inner.layers, h, cos, sin, allowed[:, 0], cache, (H, Hkv, d, scale))
+    if done is None and fused and T < MANY_QUERIES and bf16linear.decoder_fits(inner.layers[0], h):
+        done = _bf16_decoder(inner.layers, h, cos, sin, allowed[:, 0], cache, query_slots, (H, Hkv, scale))
     for i, layer in enumerate(inner.layers if done is None else []):
         attn = layer.self_attn
         x = _rms_norm(h, layer.input_layernorm, fused)
@@ -283,22 +284,42 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
     return _head(model, h, logits_out, pk)
 
 
-def _bf16_layers(layers, h: torch.Tensor, cos, sin, allowed: torch.Tensor, cache, heads) -> torch.Tensor:
-    """The decoder layers for a few query slots per row in bf16 through our kernel, three calls a layer
-    (bf16linear's attn_in, attn_out and mlp: the fused path's ops chained in C++, the same bits)."""
-    H, Hkv, d, scale = heads
-    B, T = h.shape[:2]
+def _bf16_decoder(layers, h: torch.Tensor, cos, sin, allowed: torch.Tensor, cache, query_slots, heads):
+    """The decoder layers for a few query slots per row in bf16 through our kernel, all in one C++ call
+    (bf16linear.decoder: the fused path's ops in its order, the same bits), over a static cache (``query_slots``
+    given: its buffers written in place) or a plain DynamicCache (grown, its layers' tensors replaced); None for
+    any other cache."""
+    H, Hkv, scale = heads
+    B, d = h.shape[0], cos.shape[-1]
     cos, sin = cos.reshape(-1, d), sin.reshape(-1, d)  # [B*T, d]
-    for i, layer in enumerate(layers):
-        qk, qkv = bf16linear.attn_in(h, layer.input_layernorm, layer._specviz_qkv, cos, sin, H + 2 * Hkv, H + Hkv)
-        qk, qkv = qk.view(B, T, H + Hkv, d), qkv.view(B, T, H + 2 * Hkv, d)
-        q = qk[:, :, :H].transpose(1, 2)  # [B, H, T, d]
-        k = qk[:, :, H:].transpose(1, 2)  # [B, Hkv, T, d]
-        v = qkv[:, :, H + Hkv:].transpose(1, 2)
-        k, v = cache.update(k.contiguous(), v.contiguous(), i)  # [B, Hkv, L_all, d]
-        h = bf16linear.attn_out(q, k, v, allowed, scale, h, layer.self_attn.o_proj.weight)
-        h = bf16linear.mlp(h, layer.post_attention_layernorm, layer._specviz_gate_up, layer.mlp.down_proj.weight)
+    if query_slots is not None:
+        views = cache.layer_views(B)  # per layer [B, Hkv, C, d]
+        h, _, _ = bf16linear.decoder(layers, h, cos, sin, allowed, [k for k, _ in views], [v for _, v in views],
+                                     query_slots, H, Hkv, scale)
+        return h
+    grown = _dynamic_layers(cache, len(layers))
+    if grown is None:
+        return None
+    empty = h.new_empty(0)
+    h, keys, values = bf16linear.decoder(layers, h, cos, sin, allowed,
+                                         [c.keys if c.is_initialized else empty for c in grown],
+                                         [c.values if c.is_initialized else empty for c in grown], None, H, Hkv, scale)
+    for c, k, v in zip(grown, keys, values):  # what DynamicLayer.update leaves: its tensors, grown
+        if not c.is_initialized:
+            c.lazy_initialization(k, v)
+        c.keys, c.values = k, v
     return h
+
+
+def _dynamic_layers(cache, n: int) -> list | None:
+    """A DynamicCache's n layers when each is a plain DynamicLayer (its tensors grow by concatenation: what
+    ``update`` does) and nothing else happens on an update (no offloading); else None."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if getattr(cache, "offloading", False) or layers is None or len(layers) != n:
+        return None
+    return layers if all(type(c) is DynamicLayer for c in layers) else None
 
 
 def _head(model, h: torch.Tensor, out: torch.Tensor | None, pk: bool = False) -> torch.Tensor:

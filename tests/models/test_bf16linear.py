@@ -240,33 +240,92 @@ def _llama_d16(dtype=torch.bfloat16):
 
 
 @pytest.mark.skipif(packed.cpu_packs_bf16(), reason="oneDNN packs bf16 here: the kernel is not the bf16 path")
+@pytest.mark.parametrize("cache_kind", ["dynamic", "static"])
 @pytest.mark.parametrize("B,T", [(1, 1), (3, 5), (8, 2)])
-def test_a_layers_blocks_in_one_call_each_give_the_op_by_op_bits(monkeypatch, B, T):
-    """attn_in, attn_out and mlp chain the fused ops in C++: the logits equal the op-by-op fused path's."""
+def test_the_decoder_in_one_call_gives_the_op_by_op_bits_and_the_same_cache(monkeypatch, B, T, cache_kind):
+    """bf16linear.decoder chains the fused ops over every layer in C++: the logits, and the cache the next
+    forward reads, equal the op-by-op fused path's, over a DynamicCache and over the static cache."""
+    from transformers import DynamicCache
+
+    from specviz.models import fastllama, statickv
+
+    model = _llama_d16().model
+    fastllama.fuse_projections(model)
+    g = torch.Generator().manual_seed(B * 10 + T)
+    ids = torch.randint(0, 64, (B, 20 + 2 * T), generator=g)
+    valid = torch.ones(B, 20 + 2 * T, dtype=torch.bool)
+    valid[0, :3] = False  # a ragged row: left padding
+    pos = (valid.long().cumsum(1) - 1).clamp(min=0)
+
+    def logits():  # a prefill (20 slots: op by op), then two forwards of T slots
+        spans = ((0, 20), (20, 20 + T), (20 + T, 20 + 2 * T))
+        if cache_kind == "static":
+            kv = statickv.StaticKV(model)
+            outs = [kv.forward(model, ids[:, s:e], valid[:, :e], pos[:, s:e]) for s, e in spans]
+        else:
+            cache = DynamicCache(config=model.config)
+            outs = [fastllama.forward(model, ids[:, s:e], valid[:, :e], pos[:, s:e], cache) for s, e in spans]
+        return torch.cat(outs[1:], 1)  # [B, 2T, V]
+
+    calls = []
+    decoder = bf16linear.decoder
+    monkeypatch.setattr(bf16linear, "decoder", lambda *a: calls.append(1) or decoder(*a))
+    one_call = logits()
+    assert len(calls) == 2  # each T-slot forward's layers ran in one call (the 20-slot prefill op by op)
+    monkeypatch.setattr(bf16linear, "decoder_fits", lambda *a: False)
+    assert torch.equal(one_call, logits())
+
+
+def test_the_decoder_reads_weights_changed_in_place_and_layers_fused_anew():
+    """The decoder keeps its weight list between forwards: a weight changed in place (an optimizer step, a
+    state-dict load) and layers fused anew after a dtype round trip are still what the next forward reads."""
     from transformers import DynamicCache
 
     from specviz.models import fastllama
 
     model = _llama_d16().model
     fastllama.fuse_projections(model)
-    g = torch.Generator().manual_seed(B * 10 + T)
-    ids = torch.randint(0, 64, (B, 20 + T), generator=g)
-    valid = torch.ones(B, 20 + T, dtype=torch.bool)
-    valid[0, :3] = False  # a ragged row: left padding
-    pos = (valid.long().cumsum(1) - 1).clamp(min=0)
+    ids = torch.randint(0, 64, (1, 1), generator=torch.Generator().manual_seed(2))
+    valid, pos = torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.long)
 
-    def logits():
-        cache = DynamicCache(config=model.config)
-        fastllama.forward(model, ids[:, :20], valid[:, :20], pos[:, :20], cache)  # prefill
-        return fastllama.forward(model, ids[:, 20:], valid, pos[:, 20:], cache)  # [B, T, V]
+    def logits(op_by_op=False):
+        fits = bf16linear.decoder_fits
+        bf16linear.decoder_fits = (lambda *a: False) if op_by_op else fits
+        try:
+            return fastllama.forward(model, ids, valid, pos, DynamicCache(config=model.config))
+        finally:
+            bf16linear.decoder_fits = fits
 
-    calls = []
-    mlp = bf16linear.mlp
-    monkeypatch.setattr(bf16linear, "mlp", lambda *a: calls.append(1) or mlp(*a))
-    blocks = logits()
-    assert len(calls) == 2  # the decode forward's two layers ran as blocks (the 20-slot prefill op by op)
-    monkeypatch.setattr(bf16linear, "blocks_fit", lambda *a: False)
-    assert torch.equal(blocks, logits())
+    before = logits()
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.mul_(-1.5)
+    changed = logits()
+    assert not torch.equal(before, changed) and torch.equal(changed, logits(op_by_op=True))
+    model.float().to(torch.bfloat16)  # new weight tensors everywhere
+    fastllama.fuse_projections(model)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.o_proj.weight.mul_(0.5)
+    assert torch.equal(logits(), logits(op_by_op=True))
+
+
+def test_the_decoder_grows_a_fresh_dynamic_cache_as_its_update_would():
+    """A forward of a few slots into an empty DynamicCache (a short prompt's prefill) goes through the one-call
+    decoder and leaves each layer initialised with exactly the new slots, as DynamicLayer.update would."""
+    from transformers import DynamicCache
+
+    from specviz.models import fastllama
+
+    model = _llama_d16().model
+    fastllama.fuse_projections(model)
+    ids = torch.randint(0, 64, (2, 4), generator=torch.Generator().manual_seed(1))
+    valid = torch.ones(2, 4, dtype=torch.bool)
+    pos = torch.arange(4).expand(2, 4)
+    cache = DynamicCache(config=model.config)
+    fastllama.forward(model, ids, valid, pos, cache)
+    assert cache.get_seq_length() == 4
+    assert all(c.is_initialized and c.keys.shape == (2, 2, 4, 16) for c in cache.layers)
+    cache.crop(-1)  # the RaggedCache's other operations still work on it
+    assert cache.get_seq_length() == 3
 
 
 @pytest.mark.skipif(packed.cpu_packs_bf16(), reason="oneDNN packs bf16 here: the kernel is not the bf16 path")
@@ -277,8 +336,8 @@ def test_bf16_greedy_through_the_kernel_equals_bf16_regular_greedy_per_row(kw, h
     with the linears alone through the kernel (8-wide heads) and with the fused elementwise steps too."""
     target = tiny_llama(64, layers=2, dtype=torch.bfloat16) if heads == "d8" else _llama_d16()
     calls = []
-    attn_in = bf16linear.attn_in
-    monkeypatch.setattr(bf16linear, "attn_in", lambda *a: calls.append(1) or attn_in(*a))
+    decoder = bf16linear.decoder
+    monkeypatch.setattr(bf16linear, "decoder", lambda *a: calls.append(1) or decoder(*a))
     draft = perturbed_copy(target, 0.3)
     prompts = ragged_prompts(4, 64, seed=3)
     dec = decoder_for_ids(target, ModelDraft(draft), prompts, 3, 10, **kw)
