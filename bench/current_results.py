@@ -57,6 +57,7 @@ COMMANDS = {
     "llamacpp-fused-b8": "the same with --batch-size 8",
     "llamacpp-packed-b1": "llamacpp-fused-b1 with --repeats 3",
     "llamacpp-blocks": "llamacpp-fused-b1 with --repeats 3, and again with --batch-size 8",
+    "llamacpp-decoder": "llamacpp-fused-b1 with --repeats 3, and again with --batch-size 8",
     "bf16-kernel": "bench/bf16_kernel.py --rounds 3 --max-new-tokens 64",
     "auto-dtype": "bench/auto_dtype.py --rounds 3",
     "suffix": "bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96",
@@ -187,7 +188,9 @@ def llama_cpp() -> list[str]:
     """`bench --peer llamacpp --json`: every arm against our regular decoding in the same rounds."""
     out = ["| lanes | arm | tokens/s | decode tokens/s | vs ours regular (median) | spread | acceptance | rounds | "
            "commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, log, command, machine in (("llamacpp-peer-2026-12-07-blocks", "b1.json", "llamacpp-blocks", EPYC),
+    for folder, log, command, machine in (("llamacpp-peer-2026-12-07-decoder", "b1.json", "llamacpp-decoder", EPYC),
+                                          ("llamacpp-peer-2026-12-07-decoder", "b8.json", "llamacpp-decoder", EPYC),
+                                          ("llamacpp-peer-2026-12-07-blocks", "b1.json", "llamacpp-blocks", EPYC),
                                           ("llamacpp-peer-2026-12-07-blocks", "b8.json", "llamacpp-blocks", EPYC),
                                           ("llamacpp-peer-2026-12-07-packed", "b1.json", "llamacpp-packed-b1", EPYC),
                                           ("llamacpp-peer-2026-12-07-fused", "b1.json", "llamacpp-fused-b1", EPYC),
@@ -315,7 +318,8 @@ def section() -> str:
              "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one lane "
              "or 8 (llama.cpp batches its lanes in one context; at 8 lanes it runs regular decoding only), "
              "8 free-form prompts, 96 new tokens, greedy, 2 threads each side, ours in bf16 (through our bf16 kernels, "
-             "below: the rows of commit 2086839 with each layer in three C++ calls and 4 x 3 register blocks for "
+             "below: the rows of commit 4aa75ce with every decoder layer of a step in one C++ call, those of commit "
+             "2086839 with each layer in three C++ calls and 4 x 3 register blocks for "
              "calls of several rows, those of c09c512 with the forward's other steps fused and the packed weight copy "
              "for one-row calls, those of d4c0ad0 fused without the copy, those of 2d325b3 with the linear kernel "
              "alone) "
