@@ -77,13 +77,20 @@ inline void block(const float* x, const at::BFloat16* w, Y* y, const Y* res, int
 }
 
 // NB weight rows against every row of x: with 3 weight rows, groups of 4 rows (12 accumulators + 3 weights + x:
-// all 16 ymm), then pairs, then the odd one. The first pass over the weights also fetches the next block's.
+// all 16 ymm), then one group of 3 where 3 or 5 rows are left (4 + 1 taken as 3 + 2: a 1 x 3 block keeps only 3
+// FMA chains in flight, too few to hide their latency; 3 rows as 2 + 1 ran 1.2x slower than 4 rows), then pairs,
+// then the odd one. The first pass over the weights also fetches the next block's.
 template <int NB, typename Y>
 inline void rows(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t M, int64_t K, int64_t N) {
   int64_t m = 0;
   if constexpr (NB == 3) {
-    for (; m + 4 <= M; m += 4)
+    const int64_t fours = M >= 5 && M % 4 == 1 ? M / 4 - 1 : M / 4;
+    for (; m < 4 * fours; m += 4)
       block<4, NB, false>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N, m == 0);
+    if (M - m >= 3) {
+      block<3, NB, false>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N, m == 0);
+      m += 3;
+    }
   }
   for (; m + 2 <= M; m += 2) block<2, NB, false>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N, m == 0);
   if (m < M) block<1, NB, false>(x + m * K, w, y + m * N, res ? res + m * N : nullptr, K, N, m == 0);
@@ -103,7 +110,7 @@ template <typename Y>
 void run(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t M, int64_t K, int64_t N) {
   if (M == 1) {
     all_rows<8>(x, w, y, res, M, K, N);  // one row of x: more weight streams in flight (8 accumulators)
-  } else if (M < 4) {
+  } else if (M == 2) {
     all_rows<4>(x, w, y, res, M, K, N);  // 2 x 4 accumulators + 4 weights + x: 13 of 16 ymm
   } else {
     all_rows<3>(x, w, y, res, M, K, N);  // 4 x 3 blocks: 12 accumulators, each weight load used 4 times
