@@ -314,10 +314,15 @@ def _bf16_decoder(layers, h: torch.Tensor, cos, sin, allowed: torch.Tensor, cach
 def _dynamic_layers(cache, n: int) -> list | None:
     """A DynamicCache's n layers when each is a plain DynamicLayer (its tensors grow by concatenation: what
     ``update`` does) and nothing else happens on an update (no offloading); else None."""
-    from transformers.cache_utils import DynamicLayer
-
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:  # a transformers without per-layer cache objects: the op-by-op path
+        return None
     layers = getattr(cache, "layers", None)
     if getattr(cache, "offloading", False) or layers is None or len(layers) != n:
+        return None
+    used = ("keys", "values", "is_initialized", "lazy_initialization")  # what _bf16_decoder reads and calls
+    if not all(hasattr(layers[0], a) for a in used):
         return None
     return layers if all(type(c) is DynamicLayer for c in layers) else None
 

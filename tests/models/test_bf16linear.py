@@ -308,6 +308,27 @@ def test_the_decoder_reads_weights_changed_in_place_and_layers_fused_anew():
     assert torch.equal(logits(), logits(op_by_op=True))
 
 
+def test_a_cache_the_decoder_does_not_know_runs_op_by_op_with_the_same_logits(monkeypatch):
+    """A DynamicCache whose layers are not plain DynamicLayers (sliding, offloaded, a future transformers) is not
+    grown behind its back: the forward runs op by op, with the decoder's logits."""
+    from transformers import DynamicCache
+
+    from specviz.models import fastllama
+
+    model = _llama_d16().model
+    fastllama.fuse_projections(model)
+    ids = torch.randint(0, 64, (2, 3), generator=torch.Generator().manual_seed(3))
+    valid, pos = torch.ones(2, 3, dtype=torch.bool), torch.arange(3).expand(2, 3)
+    one_call = fastllama.forward(model, ids, valid, pos, DynamicCache(config=model.config))
+    calls = []
+    decoder = bf16linear.decoder
+    monkeypatch.setattr(bf16linear, "decoder", lambda *a: calls.append(1) or decoder(*a))
+    monkeypatch.setattr(fastllama, "_dynamic_layers", lambda cache, n: None)
+    cache = DynamicCache(config=model.config)
+    assert torch.equal(fastllama.forward(model, ids, valid, pos, cache), one_call)
+    assert not calls and cache.get_seq_length() == 3
+
+
 def test_the_decoder_grows_a_fresh_dynamic_cache_as_its_update_would():
     """A forward of a few slots into an empty DynamicCache (a short prompt's prefill) goes through the one-call
     decoder and leaves each layer initialised with exactly the new slots, as DynamicLayer.update would."""
