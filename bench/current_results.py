@@ -259,7 +259,8 @@ def suffix_tables(path: Path) -> list[dict]:
 def suffix() -> list[str]:
     out = ["| workload | B | draft (k) | vs regular (median) | spread over rounds | acceptance | draft ms / step | "
            "rounds | commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, machine, command in (("suffix-4x3-2026-12-07", EPYC, "suffix-4x3"),
+    for folder, machine, command in (("suffix-decoder-2026-12-07", EPYC, "suffix-4x3"),
+                                     ("suffix-4x3-2026-12-07", EPYC, "suffix-4x3"),
                                      ("suffix-goodput-2026-12-07b", EPYC, "suffix-goodput-b8"),
                                      ("suffix-goodput-2026-12-07", EPYC, "suffix-goodput"),
                                      ("suffix-hybrid-2026-12-05", XEON, "suffix")):
@@ -348,8 +349,8 @@ def section() -> str:
              "merged tree. `goodput`: the suffix draft at its cap with `--policy goodput`, which keeps each step only "
              "the batch's likeliest drafted tokens that pay by the target's calibrated cost. The first rows are on the "
              "AMD EPYC of the tables above with our bf16 kernel; the rows after them on a 2-core Intel Xeon with AMX "
-             "(oneDNN's bf16), where bf16 regular decoding ran at about 33 tokens/s at B = 1 (23-28 on the EPYC with "
-             "the kernel, the entries of 2026-12-07):", "",
+             "(oneDNN's bf16), where bf16 regular decoding ran at about 33 tokens/s at B = 1 (on the EPYC with the "
+             "kernel 23-28 in the first entries of 2026-12-07, 53-57 in the rows of 11770a5, the first here):", "",
              *suffix(), "",
              "### Token trees vs chains", "",
              "Batch size 1, the 24 free-form prompts, 48 new tokens; chains and trees of depth k, width W, N nodes:", "",
