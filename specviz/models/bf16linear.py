@@ -168,12 +168,12 @@ def decoder(layers, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, allow
     order, the same bits). cos/sin [B * T, d]; allowed [B, T, S]; keys/values per layer: with ``cols`` [T] a
     static cache's buffers [B, Hkv, C, d], written in place at those columns; without, the cache so far (an
     empty tensor for none), grown by the new slots. -> (h, keys, values)."""
-    one_row = h.numel() // h.shape[-1] == 1 and os.environ.get("SPECVIZ_BF16_REPACK", "1") != "0"
-    weights, flags, eps = _decoder_weights(layers, one_row)
+    rows, repack = h.numel() // h.shape[-1], os.environ.get("SPECVIZ_BF16_REPACK", "1") != "0"
+    weights, flags, eps = _decoder_weights(layers, rows, repack)
     return module().decoder(h, weights, flags, eps, cos, sin, allowed, keys, values, cols, heads, kv_heads, scale)
 
 
-def _decoder_weights(layers, one_row: bool) -> tuple[list[torch.Tensor], list[bool], list[float]]:
+def _decoder_weights(layers, rows: int, repack: bool) -> tuple[list[torch.Tensor], list[bool], list[float]]:
     """``decoder``'s weights (6 per layer), their packed flags and the norms' epsilons, kept on ``layers``
     between forwards (gathering them walks ~300 module attributes, ~0.5 ms a forward here) and made again when
     a weight changed in place or the rows' layout changes; fastllama drops them when it fuses the layers
@@ -185,12 +185,12 @@ def _decoder_weights(layers, one_row: bool) -> tuple[list[torch.Tensor], list[bo
         layers._specviz_decoder_plain = plain
         layers._specviz_decoder_eps = [e for c in layers for e in (c.input_layernorm.variance_epsilon,
                                                                    c.post_attention_layernorm.variance_epsilon)]
-    key = (one_row, tuple(w._version for ws in plain for w in ws))
+    key = (rows == 1 and repack, tuple(w._version for ws in plain for w in ws))  # _weight's choice, the weights
     held = layers.__dict__.get("_specviz_decoder_picked")
     if held is None or held[0] != key:
         weights, flags = [], []
         for n1, qkv, o, n2, gate_up, down in plain:
-            picked = [_weight(w, 1 if one_row else 2, one_row) for w in (qkv, o, gate_up, down)]
+            picked = [_weight(w, rows, repack) for w in (qkv, o, gate_up, down)]
             weights += [n1, picked[0][0], picked[1][0], n2, picked[2][0], picked[3][0]]
             flags += [False, picked[0][1], picked[1][1], False, picked[2][1], picked[3][1]]
         held = (key, weights, flags)

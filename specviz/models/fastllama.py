@@ -88,13 +88,16 @@ def _is_fused(layer) -> bool:
 
 
 def _fuse_layers(model: torch.nn.Module) -> None:
+    fused_any = False
     for layer in model.model.layers:
         if _is_fused(layer):
             continue
-        bf16linear.forget_decoder_weights(model.model.layers)  # they held the old weights
         attn, mlp = layer.self_attn, layer.mlp
         layer._specviz_qkv = _fuse([attn.q_proj, attn.k_proj, attn.v_proj])
         layer._specviz_gate_up = _fuse([mlp.gate_proj, mlp.up_proj])
+        fused_any = True
+    if fused_any:
+        bf16linear.forget_decoder_weights(model.model.layers)  # it held the old weights
 
 
 def _fused(pk: bool, d: int) -> bool:
