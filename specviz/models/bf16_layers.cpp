@@ -89,6 +89,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("v"), py::arg("allowed"), py::arg("scale"));
   m.def("rope", &rope, "rotary embedding of the first n heads", py::arg("qkv"), py::arg("cos"), py::arg("sin"),
         py::arg("n"));
+  m.def("argmax_rows", &argmax_rows, "each bf16 row's first maximum (NaN as the maximum)", py::arg("x"));
   m.def("decoder", &decoder, "every decoder layer for a few query slots per row", py::arg("h"), py::arg("weights"),
         py::arg("packed"), py::arg("eps"), py::arg("cos"), py::arg("sin"), py::arg("allowed"), py::arg("keys"),
         py::arg("values"), py::arg("cols"), py::arg("H"), py::arg("Hkv"), py::arg("scale"));

@@ -20,11 +20,6 @@
 
 namespace {
 
-inline __m256 widen(const at::BFloat16* p) {  // 8 bf16 -> 8 fp32
-  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 inline float hsum(__m256 v) {  // one fixed order for every output
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

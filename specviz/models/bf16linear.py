@@ -11,7 +11,8 @@ fp32 FMAs: the weights cross the bus at 2 bytes and a wide verify runs at fp32's
 The same extension holds the lean forward's other steps for such bf16 rows, each one op instead of five to
 a dozen small ones (``rms_norm``, ``silu_mul``, ``rope``, and ``attention`` for a few query slots per row over
 the cache): fastllama uses them wherever it uses the kernel, and for forwards of a few slots per row (decode,
-verify, draft steps) runs every decoder layer in one call (``decoder``, bf16_layers.cpp). They round to bf16
+verify, draft steps) runs every decoder layer in one call (``decoder``, bf16_layers.cpp); the engine's greedy
+pick over bf16 logits is one pass per row (``argmax_rows``, bf16_argmax.cpp). The layer steps round to bf16
 where the eager ops round, so their outputs are the eager ops' bits or one bf16 step from them (their fp32
 sums and exp differ in order).
 
@@ -35,7 +36,8 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(f) for f in ("bf16_linear.cpp", "bf16_layers.cpp")]  # (and bf16_ops.h)
+SOURCES = [Path(__file__).with_name(f)  # (and bf16_ops.h, which they include)
+           for f in ("bf16_linear.cpp", "bf16_layers.cpp", "bf16_argmax.cpp")]
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 
 
@@ -116,6 +118,11 @@ def rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n: int) -> tor
     """bf16 qkv [R, heads, d], cos/sin [R, d] -> the first n heads rotated, [R, n, d] (x cos + rotate_half(x) sin,
     rounded as the eager ops round: the same bits)."""
     return module().rope(qkv, cos, sin, n)
+
+
+def argmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """bf16 x [N, V] -> [N] int64: torch.argmax(x, -1)'s indices (the first maximum; a NaN counts as the maximum)."""
+    return module().argmax_rows(x)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, scale: float) -> torch.Tensor:

@@ -18,6 +18,7 @@ import torch
 
 import specviz
 from fakes import perturbed_copy, ragged_prompts, tiny_llama
+from specviz.engine import sampling
 from specviz.engine.proposers import ModelDraft, NgramDraft
 from specviz.engine.ragged import RaggedCache
 from specviz.run import decoder_for_ids
@@ -71,16 +72,28 @@ def target():
     return tiny_llama(V, layers=2)
 
 
-@pytest.mark.parametrize("draft", ["ngram", "model"])
-def test_a_steady_chain_step_reads_the_device_once(target, draft):
+def steady_chain_reads(target, draft: str) -> list[list]:
+    """The reads of each steady step (no row left or joined, no compaction) of a ragged chain run."""
     prompts = ragged_prompts(4, V, seed=5)
     proposer = {"ngram": lambda: NgramDraft(), "model": lambda: ModelDraft(perturbed_copy(target, 0.3))}[draft]()
     dec = decoder_for_ids(target, proposer, prompts, 3, 24)
-    steps = reads_per_step(dec)
-    steady = [(rec, calls) for rec, calls in steps if not rec.left and not rec.joined and not rec.compacted]
+    steady = [calls for rec, calls in reads_per_step(dec) if not rec.left and not rec.joined and not rec.compacted]
     assert len(steady) >= 5, len(steady)
-    for rec, calls in steady:
-        assert len(calls) == 1 and calls[0][:2] == ("tolist", "step.py"), (rec.step, calls)
+    return steady
+
+
+@pytest.mark.parametrize("draft", ["ngram", "model"])
+def test_a_steady_chain_step_reads_the_device_once(monkeypatch, target, draft):
+    """The device path: the greedy verdict's CPU-only host form (sampling._greedy_on_host) is switched off."""
+    monkeypatch.setattr(sampling, "HOST_SLOTS", 0)
+    for calls in steady_chain_reads(target, draft):
+        assert len(calls) == 1 and calls[0][:2] == ("tolist", "step.py"), calls
+
+
+def test_the_greedy_verdict_on_the_cpu_adds_one_read(target):
+    """On the CPU (where a read costs no stall) the greedy verdict reads its inputs once, in sampling.py."""
+    for calls in steady_chain_reads(target, "model"):
+        assert [c[:2] for c in calls] == [("tolist", "sampling.py"), ("tolist", "step.py")], calls
 
 
 @pytest.mark.parametrize("draft", ["ngram", "model"])

@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from specviz.engine import sampling
+from specviz.models import bf16linear, packed
 from specviz.engine.sampling import (ARGMAX_CHUNK, SamplingParams, Verdict, accept_reference, argmax_last,
                                      process_logits, sample_inverse_cdf)
 
@@ -76,6 +78,27 @@ def test_greedy_accepts_iff_draft_is_argmax():
     assert v.emitted.tolist() == [[1, 0, 2]]  # both accepted + bonus
 
 
+@pytest.mark.parametrize("B,k", [(1, 0), (1, 3), (5, 2), (7, 4)])
+def test_greedy_verdict_on_the_host_equals_the_tensor_rule(monkeypatch, B, k):
+    on_host = sampling._greedy_on_host
+    g = torch.Generator().manual_seed(B * 10 + k)
+    logits = torch.randn(B, k + 1, 50, generator=g)  # [B, k+1, V]
+    best = logits.argmax(-1)  # [B, k+1]
+    drafts = torch.where(torch.rand(B, k, generator=g) < 0.7, best[:, :k], torch.randint(0, 50, (B, k), generator=g))
+    n = torch.randint(0, k + 1, (B,), generator=g)  # ragged: some rows drafted nothing
+    drafts = torch.where(torch.arange(k) < n.unsqueeze(1), drafts, -1)  # -1 past n_b, as proposers pad
+    u = torch.rand(B, k + 1, generator=g)
+    calls = []
+    monkeypatch.setattr(sampling, "_greedy_on_host", lambda *a: calls.append(1) or on_host(*a))
+    host = accept_reference(logits, drafts, n, u, SamplingParams())
+    monkeypatch.setattr(sampling, "HOST_SLOTS", 0)  # every call takes the tensor path
+    tensor = accept_reference(logits, drafts, n, u, SamplingParams())
+    assert calls == [1]  # the first call worked on the host, the second did not
+    assert host.num_accepted.tolist() == tensor.num_accepted.tolist()
+    assert host.emitted.tolist() == tensor.emitted.tolist()
+    assert (host.num_accepted.dtype, host.emitted.dtype) == (tensor.num_accepted.dtype, tensor.emitted.dtype)
+
+
 def test_empty_draft_emits_bonus_only():
     logits = torch.tensor([[[0.0, 5.0, 1.0], [3.0, 0.0, 1.0]]])
     v = accept_reference(logits, torch.tensor([[-1]]), torch.tensor([0]), torch.zeros(1, 2), SamplingParams())
@@ -96,19 +119,31 @@ def test_inverse_cdf_never_draws_zero_probability_tokens():
     assert set(sample_inverse_cdf(probs, u).tolist()) <= {1, 3}
 
 
-def test_fast_argmax_gives_torchs_indices_ties_nan_and_tail_included():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bf16: one C++ pass per row where it is built
+def test_fast_argmax_gives_torchs_indices_ties_nan_and_tail_included(monkeypatch, dtype):
+    calls = []
+    in_cpp = bf16linear.argmax_rows
+    monkeypatch.setattr(bf16linear, "argmax_rows", lambda x: calls.append(1) or in_cpp(x))
     g = torch.Generator().manual_seed(0)
-    V = 5 * ARGMAX_CHUNK + 37  # a tail past the last whole slice
-    x = torch.randn(3, 4, V, generator=g)
+    V = 5 * ARGMAX_CHUNK + 37  # a tail past the last whole slice (and past the last 8 tokens' block)
+    x = torch.randn(3, 4, V, generator=g).to(dtype)
     assert torch.equal(argmax_last(x), x.argmax(-1))
-    ties = torch.randint(0, 3, (40, V), generator=g).float()  # many maxima per row: the first one wins
+    ties = torch.randint(0, 3, (40, V), generator=g).to(dtype)  # many maxima per row: the first one wins
     assert torch.equal(argmax_last(ties), ties.argmax(-1))
-    flat = torch.zeros(6, V)
+    flat = torch.zeros(9, V, dtype=dtype)
     flat[1, V - 1] = 1.0  # the very last token
     flat[2, 3 * ARGMAX_CHUNK] = flat[2, 4 * ARGMAX_CHUNK + 1] = 2.0  # a slice's first token, tied later
     flat[3, 5 * ARGMAX_CHUNK + 3] = float("nan")  # NaN counts as the maximum, as in torch
     flat[4, ARGMAX_CHUNK - 1] = flat[4, V - 2] = float("inf")
-    assert argmax_last(flat).tolist() == flat.argmax(-1).tolist() == [0, V - 1, 3 * ARGMAX_CHUNK,
-                                                                      5 * ARGMAX_CHUNK + 3, ARGMAX_CHUNK - 1, 0]
+    flat[5] = float("-inf")  # nothing above -inf: the first token
+    flat[6, 7] = float("nan")
+    flat[6, V - 1] = float("nan")  # the first of two NaNs
+    flat[7, :] = -1.0
+    flat[7, V - 3] = float("nan")  # a NaN in the tail only
+    flat[8, 100] = flat[8, 9] = 3.0
+    want = [0, V - 1, 3 * ARGMAX_CHUNK, 5 * ARGMAX_CHUNK + 3, ARGMAX_CHUNK - 1, 0, 7, V - 3, 9]
+    assert argmax_last(flat).tolist() == flat.argmax(-1).tolist() == want
     strided = x[:, 1:3]  # a non-contiguous view
     assert torch.equal(argmax_last(strided), strided.argmax(-1))
+    kernel = dtype == torch.bfloat16 and not packed.cpu_packs_bf16() and bf16linear.available()
+    assert len(calls) == (4 if kernel else 0)
