@@ -188,7 +188,9 @@ def llama_cpp() -> list[str]:
     """`bench --peer llamacpp --json`: every arm against our regular decoding in the same rounds."""
     out = ["| lanes | arm | tokens/s | decode tokens/s | vs ours regular (median) | spread | acceptance | rounds | "
            "commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, log, command, machine in (("llamacpp-peer-2026-12-07-decoder", "b1.json", "llamacpp-decoder", EPYC),
+    for folder, log, command, machine in (("llamacpp-peer-2026-12-07-greedy", "b1.json", "llamacpp-decoder", EPYC),
+                                          ("llamacpp-peer-2026-12-07-greedy", "b8.json", "llamacpp-decoder", EPYC),
+                                          ("llamacpp-peer-2026-12-07-decoder", "b1.json", "llamacpp-decoder", EPYC),
                                           ("llamacpp-peer-2026-12-07-decoder", "b8.json", "llamacpp-decoder", EPYC),
                                           ("llamacpp-peer-2026-12-07-blocks", "b1.json", "llamacpp-blocks", EPYC),
                                           ("llamacpp-peer-2026-12-07-blocks", "b8.json", "llamacpp-blocks", EPYC),
@@ -319,7 +321,9 @@ def section() -> str:
              "as our bf16 run, `q4_1` the packaged 4-bit file (a lower bandwidth floor: a different model); one lane "
              "or 8 (llama.cpp batches its lanes in one context; at 8 lanes it runs regular decoding only), "
              "8 free-form prompts, 96 new tokens, greedy, 2 threads each side, ours in bf16 (through our bf16 kernels, "
-             "below: the rows of commit 4aa75ce with every decoder layer of a step in one C++ call, those of commit "
+             "below: the rows of commit 7e5f549 with 3 rows as one 3 x 3 block and the greedy rule's CPU forms "
+             "(verdict in Python lists, bf16 argmax in C++), those of "
+             "commit 4aa75ce with every decoder layer of a step in one C++ call, those of commit "
              "2086839 with each layer in three C++ calls and 4 x 3 register blocks for "
              "calls of several rows, those of c09c512 with the forward's other steps fused and the packed weight copy "
              "for one-row calls, those of d4c0ad0 fused without the copy, those of 2d325b3 with the linear kernel "
