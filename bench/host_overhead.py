@@ -8,7 +8,8 @@ floor; on the CPU it hides under 20-35 ms forwards of the real model.
 
 ``--pair default``: the packaged pair instead (the SmolLM2 target and its distilled draft, bf16, torch's
 default threads), so a step's split shows where a speculative step's cost goes on this machine: the
-target's wider verify, the draft's forwards, and the host work around them.
+target's wider verify, the draft's forwards, and the host work around them. ``--drafts SPEC[,SPEC]``: other
+model drafts there (any ``--draft`` spec, e.g. a feature draft's folder).
 
 For each draft (prompt-lookup n-grams, and a 1-layer width-64 model draft) and each (B, k) it runs
 the engine through specviz.run.decoder_for_ids (fp32, greedy, EOS off so every row runs to
@@ -127,6 +128,8 @@ def main() -> None:
                          "of bf16 logits on the CPU) and as torch ops throughout")
     ap.add_argument("--pair", choices=("tiny", "default"), default="tiny",
                     help="tiny: random 2-layer models (the floor); default: the packaged pair in bf16")
+    ap.add_argument("--drafts", default="default",
+                    help="with --pair default: the model drafts beside n-grams, comma-separated --draft specs")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                     help="where the tiny models run (cuda: the forward timer synchronizes around each forward)")
     a = ap.parse_args()
@@ -139,8 +142,10 @@ def main() -> None:
     if a.pair == "default":
         target = get_model("default", a.device, "bfloat16")
         tok, V = target.tokenizer, target.model.config.vocab_size
-        model_draft = make_proposer("default", target)
-        drafts = {"ngram": lambda: NgramDraft(max_ngram=3, device=target.device), "default": lambda: model_draft}
+        drafts = {"ngram": lambda: NgramDraft(max_ngram=3, device=target.device)}
+        for spec in a.drafts.split(","):
+            label = spec.rstrip("/").rpartition("/")[2]
+            drafts[label] = (lambda p: lambda: p)(make_proposer(spec, target))
     else:
         tok = get_model("default", "cpu", "float32").tokenizer  # only the tokenizer: the model is synthetic
         V = len(tok)

@@ -278,7 +278,7 @@ def forward(model, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: t
 
     if return_hidden:
         h = _rms_norm(h, inner.norm, fused)
-        return (model.lm_head(h[:, -1:].contiguous() if last_only else h) if logits else None), h
+        return (_head(model, h[:, -1:].contiguous() if last_only else h, logits_out, pk) if logits else None), h
     if not logits:
         return None
     if last_only:

@@ -131,3 +131,21 @@ def test_skipping_the_holes_gives_the_same_logits_at_every_valid_slot_and_the_sa
     one = torch.ones(4, 1, dtype=torch.bool)
     torch.testing.assert_close(skip.forward(probe, one).float(), full.forward(probe, one).float(), atol=tol, rtol=tol)
     assert calls == [8, 9, 13]  # the valid slots of each step, and only those steps
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_keeping_the_hidden_states_gives_the_same_logits_bit_for_bit(dtype, monkeypatch):
+    """A feature draft's target keeps its hidden states; its logits come from the same output layer (in
+    bf16 on the CPU: the packed weight or our kernel, not F.linear), so they are the plain forward's."""
+    heads = []
+    inner = fastllama._head
+    monkeypatch.setattr(fastllama, "_head", lambda *a, **k: heads.append(1) or inner(*a, **k))
+    loaded = tiny_llama(64, layers=2, dtype=dtype)
+    prompts = ragged_prompts(4, 64)
+    plain, keeping = RaggedCache(loaded.model), RaggedCache(loaded.model, keep_hidden=True)
+    plain_logits = _steps(plain, prompts, 64)
+    plain_heads, heads[:] = len(heads), []
+    for a, b in zip(plain_logits, _steps(keeping, prompts, 64)):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    assert keeping.hidden is not None and plain.hidden is None
+    assert len(heads) == plain_heads > 0  # every forward's logits through the one output layer
