@@ -168,3 +168,26 @@ def test_second_pass_sees_first_pass_slots_before_it_and_itself(target, layers):
             seq = torch.cat([u1[:, :p], u2[:, p:p + 1]], dim=1)
             want = draft.model(inputs_embeds=seq).last_hidden_state[0, -1]
             torch.testing.assert_close(g2[0, p], want, rtol=1e-4, atol=1e-5)
+
+
+def test_decoding_fuses_the_input_through_the_lean_linear_and_training_through_autograd(monkeypatch):
+    """bf16 decoding: fc through packed.linear (on an AVX2 CPU our kernel, not F.linear's slow bf16 path);
+    training (autograd on a trainable fc) through the module, so its weight gets a gradient."""
+    import types
+
+    from specviz.models import distilled, packed
+
+    H = 32
+    torch.manual_seed(0)
+    draft = types.SimpleNamespace(model=types.SimpleNamespace(embed_tokens=torch.nn.Embedding(VOCAB, H).bfloat16()),
+                                  fc=torch.nn.Linear(2 * H, H, bias=False).bfloat16())
+    ids, feats = torch.randint(0, VOCAB, (2, 3)), torch.randn(2, 3, H)  # [B, T], [B, T, H]
+    real, calls = packed.linear, []
+    monkeypatch.setattr(distilled.packed, "linear", lambda x, w, pk, out=None: calls.append(pk) or real(x, w, pk, out))
+    with torch.no_grad():
+        u = fused_input(draft, ids, feats)  # [B, T, H]
+        x = torch.cat([draft.model.embed_tokens(ids), feats.bfloat16()], dim=-1)
+        assert torch.equal(u, real(x, draft.fc.weight, packed.enabled(draft.fc.weight)))
+    assert calls == [packed.enabled(draft.fc.weight)]
+    fused_input(draft, ids, feats).float().sum().backward()  # autograd on: the module's own forward
+    assert calls == [packed.enabled(draft.fc.weight)] and draft.fc.weight.grad is not None
