@@ -1,5 +1,5 @@
 // The argmax of bf16 logits on an x86 CPU with AVX2: the greedy pick of every verified slot, which torch's
-// argmax runs ~15x slower than one pass over the row (its bf16 reduction keeps an index per element).
+// argmax runs ~12x slower than one pass over the row.
 // (specviz/models/bf16linear.py builds this file with the others; specviz/engine/sampling.argmax_last calls it.)
 #include "bf16_ops.h"
 
