@@ -130,6 +130,7 @@ def vllm_rows(path: Path) -> list[dict]:
 
 def speculative_vs_regular() -> list[str]:
     runs = [  # (folder, log at B = 1, log at B = 8, commit)
+        ("draft-tradeoffs-2026-12-07", "b{b}-after.txt", "ac15522"),
         ("feature-draft-continued3-2026-12-03", "drafts-b{b}.log", "a0d3a79"),
         ("feature-draft-continued3-2026-12-03", "confirm-b{b}.log", "26cb118"),
         ("feature-draft-natural2-2026-12-03", "drafts-b{b}.log", "not recorded"),
@@ -301,7 +302,10 @@ def section() -> str:
              "the spread is the lowest and highest per-round ratio. These machines drift 10-50% within minutes, so "
              "read a ratio with its spread. The commands are listed under the tables.", "",
              "### Speculative vs regular decoding, the default pair, by batch size", "",
-             "The `default` token draft on the 24 hand-written free-form chat prompts, 64 new tokens, each stored run:", "",
+             "The `default` token draft on the 24 hand-written free-form chat prompts, 64 new tokens, each stored run "
+             "(the 2026-12-07 rows on the bf16 kernels, where regular decoding at B = 1 runs ~60 tokens/s against 31-34 "
+             "in the 2026-12-03 rows: a one-slot step got cheaper and a verified token did not, so the ratio fell; "
+             "BENCHMARKS' log, \"where a speculative step's time goes\"):", "",
              *speculative_vs_regular(), "",
              "### Through a request queue", "",
              "32 requests through 8 lanes (the batch's rows; a finished request's lane goes to the next), all queued "
