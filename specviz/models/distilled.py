@@ -40,6 +40,15 @@ def draft_depth(kind: str, layers: int | None) -> int:
     return layers if layers is not None else DEFAULT_LAYERS[kind]
 
 
+def draft_linear(x: torch.Tensor, weight: torch.Tensor, train) -> torch.Tensor:
+    """A draft's own linear (its mapped head, a feature draft's fc): training (autograd on a trainable weight)
+    through ``train``, the module's F.linear; decoding through the lean forward's linear, which on a bf16 CPU
+    takes oneDNN's packed weight or, where it cannot pack, our kernel (not F.linear's slow bf16 path)."""
+    if torch.is_grad_enabled() and weight.requires_grad:
+        return train(x)
+    return packed.linear(x, weight, packed.enabled(weight))
+
+
 class MappedHead(nn.Module):
     """Linear(hidden -> n_map) scattered into the full target vocabulary; unmapped tokens = -inf.
 
@@ -57,10 +66,7 @@ class MappedHead(nn.Module):
         return nn.functional.linear(h, self.weight)  # [..., n_map]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        # without autograd (decoding) a bf16 CPU head takes the lean forward's linear: oneDNN's packed weight,
-        # or where it cannot pack our kernel (F.linear on bf16 there: 0.6 ms of a 1.7 ms draft step)
-        grad = torch.is_grad_enabled() and self.weight.requires_grad
-        r = self.reduced(h) if grad else packed.linear(h, self.weight, packed.enabled(self.weight))  # [B, T, n_map]
+        r = draft_linear(h, self.weight, self.reduced)  # [B, T, n_map]
         out = r.new_full((*r.shape[:-1], self.vocab_size), float("-inf"))  # [B, T, V]
         return out.index_copy_(-1, self.vocab_map, r)
 
@@ -225,9 +231,4 @@ def fused_input(draft, ids: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
     """u = fc([embed(ids) ; feats]): [B, T] ids and [B, T, H] previous-position features -> [B, T, H]."""
     e = draft.model.embed_tokens(ids)  # [B, T, H]
     x = torch.cat([e, feats.to(e.dtype)], dim=-1)  # [B, T, 2H]
-    w = draft.fc.weight  # [H, 2H]
-    if torch.is_grad_enabled() and w.requires_grad:  # training: autograd through F.linear
-        return draft.fc(x)  # [B, T, H]
-    # decoding: the lean forward's linear, as the mapped head (bf16 on an AVX2 CPU: our kernel, not F.linear's
-    # slow bf16 path, ~1.9 ms of a B = 8 draft step)
-    return packed.linear(x, w, packed.enabled(w))  # [B, T, H]
+    return draft_linear(x, draft.fc.weight, draft.fc)  # [B, T, H] (F.linear on bf16: ~1.9 ms of a B = 8 draft step)
