@@ -65,6 +65,7 @@ NEEDS_NO_CHECK = {
     "prompt_set": "choices=: argparse refuses a name that is not a built-in set in one line (OneLineParser)",
     "dtype": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "kind": "choices=: argparse refuses anything else in one line (OneLineParser)",
+    "train_precision": "choices=: argparse refuses anything else in one line (OneLineParser)",
     "vllm_action": "choices=: argparse refuses anything else in one line (OneLineParser)",
     **PEER_NO_CHECK,
     **TUNE_NO_CHECK,

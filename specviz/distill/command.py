@@ -251,7 +251,8 @@ def cmd_distill(a) -> int:
     out.mkdir(parents=True, exist_ok=True)
     hist = train(draft, kind.tensors(train_samples, vocab_map, V), kind.tensors(val_samples, vocab_map, V), a.steps,
                  a.batch_size, a.lr, a.seed, kind.loss, kind.collate, 60 * a.time_budget_min if a.time_budget_min else None,
-                 weight_decay=a.weight_decay, eval_every=a.eval_every, log=log, state_path=out / "train-state.pt")
+                 weight_decay=a.weight_decay, eval_every=a.eval_every, log=log, state_path=out / "train-state.pt",
+                 autocast={"auto": None, "bf16": True, "float32": False}[a.train_precision])
     log(f"trained {hist['steps']} steps in {hist['train_s']:.0f} s; best held-out agreement "
         f"{hist['best']['agreement']:.3f} (step {hist['best']['step']})")
 

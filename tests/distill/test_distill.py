@@ -8,6 +8,7 @@ import torch
 
 from specviz.checks.parser import build_parser
 from specviz.distill.data import build_vocab_map, read_samples
+from specviz.distill.train import autocast_pays
 from specviz.models.distilled import DRAFT_FILE, is_distilled_draft, load_distilled_draft
 from specviz.engine.proposers import ModelDraft
 from specviz.common import SpecvizError
@@ -67,6 +68,9 @@ def test_command_writes_draft_report_and_readme(distilled):
     assert [r["k"] for r in report["heldout"]] == [1, 2]
     assert set(report["cost_ratio"]) == {"1", "8"} and report["cost_ratio"]["1"]["c"] > 0
     assert "python -m specviz distill" in (out / "README.md").read_text()
+    native = autocast_pays(torch.device("cpu"))  # bf16 autocast only where bf16 matmuls are native
+    assert report["training"]["precision"] == ("bf16 autocast" if native else "float32")
+    assert f"steps ({report['training']['precision']})" in (out / "README.md").read_text()
 
 
 def test_training_loss_drops(distilled):
