@@ -70,6 +70,19 @@ def test_a_rows_result_is_the_same_bits_whatever_rows_share_the_call():
             assert torch.equal(bf16linear.linear(x[:rows], w), together[:rows]), (out, inp, rows)
 
 
+def test_a_call_of_more_rows_than_one_pass_gives_each_row_the_bits_of_a_short_call():
+    """A long prompt's prefill goes over the weights in passes of x that stay in cache (X_PASS_BYTES: 340 rows
+    at in = 1536, 908 at 576): rows in every pass, and the last pass's remainder, get the bits of short calls."""
+    for out, inp in ((576, 1536), (64, 576)):
+        x, w = _case(1000, out, inp, seed=inp)
+        res = torch.randn(1000, out).to(torch.bfloat16)
+        together = bf16linear.linear(x, w, residual=res)  # [1000, out]
+        pieces = torch.cat([bf16linear.linear(x[i:i + 13], w, residual=res[i:i + 13]) for i in range(0, 1000, 13)])
+        assert torch.equal(together, pieces), (out, inp)
+        for i in (0, 339, 340, 907, 908, 999):  # either side of a pass's edge
+            assert torch.equal(bf16linear.linear(x[i:i + 1], w, residual=res[i:i + 1]), together[i:i + 1]), (out, inp, i)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_a_residual_added_in_the_kernel_gives_the_bits_of_adding_it_after(dtype):
     for rows in (1, 3):
