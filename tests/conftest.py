@@ -18,6 +18,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The Live page calibrates a pair after its first run (specviz.app.firstcal) into the calibration cache: off
 # for the suite, so that no run writes into the user's cache; its own tests turn it on with a scratch cache.
 os.environ.setdefault("SPECVIZ_AUTO_CALIBRATE", "0")
+# Under pytest-xdist (the README's `-n 2`) two workers share the cores: one intra-op thread each, and for
+# the processes they start, since two spinning thread pools on two cores stall each other many-fold.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
 
 
 import pytest  # noqa: E402
@@ -52,3 +57,11 @@ def signal_handlers_restored():
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
+
+
+def pytest_collection_modifyitems(items):
+    """Files with a test marked ``slow`` run first (a stable sort: otherwise the order is pytest's), so that under
+    pytest-xdist (the README's ``-n 2 --dist loadfile``) the long files start first and the workers end together
+    instead of one worker finishing a long file alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

@@ -68,7 +68,8 @@ def finish(at, run, timeout=120):
     return run
 
 
-pytestmark = pytest.mark.usefixtures("navigation_owns_the_pages")  # tests/conftest.py says why
+pytestmark = [pytest.mark.usefixtures("navigation_owns_the_pages"),  # tests/conftest.py says why
+              pytest.mark.slow]  # 29 real runs of the default model in the page: ~80 s in all
 
 
 @pytest.fixture(autouse=True)

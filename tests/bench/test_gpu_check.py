@@ -17,6 +17,8 @@ from specviz.analysis.trace import TRACE_VERSION
 from specviz.common import cache_dir
 import locations
 
+pytestmark = pytest.mark.slow  # the whole prepared GPU command on tiny CPU models: ~75 s
+
 ROOT = locations.ROOT
 STEPS = ["synthetic-models", "exactness-real", "exactness-fp32", "exactness-bf16", "exactness-fp32-graphs",
          "exactness-bf16-graphs", "kernel-tests", "graph-tests", "host-overhead", "bench-real", "bench-B2-ngram",

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import locations
 
+pytestmark = pytest.mark.slow  # the GPU distill smoke on the CPU: ~50 s
+
 ROOT = locations.ROOT
 SCRIPT = ROOT / "bench" / "gpu_distill.sh"
 

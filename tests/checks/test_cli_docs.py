@@ -18,7 +18,7 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*(?:\.[a-zA-Z]+)*")  # with Stream
 COMMAND = re.compile(r"(?:python -m specviz|(?<![\w.-])specviz) (run|bench|calibrate|sweep|distill|vllm|tune)\b([^`\n]*)")
 RUN_LIKE = ("run", "bench", "calibrate", "sweep")
 # Flags of other programs the README names (setup.sh, Streamlit), never specviz's.
-OTHER_TOOLS = {"--browser", "--vllm", "--llamacpp", "--server.address", "--server.allowedHosts"}
+OTHER_TOOLS = {"--browser", "--vllm", "--llamacpp", "--server.address", "--server.allowedHosts", "--dist"}  # setup.sh, streamlit, pytest-xdist
 
 
 def flags_of() -> dict[str, set[str]]:

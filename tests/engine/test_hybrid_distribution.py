@@ -11,7 +11,7 @@ from specviz.engine.suffix import SuffixDraft
 from specviz.engine.step import TreeShape
 from specviz.measure.firsttoken import frequency_check, next_token_probs
 from specviz.models.loading import encode_prompts
-from specviz.run import decoder_for_ids, make_proposer
+from specviz.run import DEFAULT_DRAFT_DIR, decoder_for_ids, make_proposer
 
 from test_suffix_distribution import PROMPT, ROWS, accept_always, accept_first_children, target  # noqa: F401
 
@@ -28,7 +28,7 @@ class Alternating(HybridDraft):
 
 def first_tokens(target, tree, wrong: bool) -> tuple[list[int], list[bool]]:
     ids = encode_prompts(target.tokenizer, [PROMPT], True)[0]
-    model = make_proposer("default", target)
+    model = make_proposer(str(DEFAULT_DRAFT_DIR), target)  # the packaged 2-layer token draft, in fp32 with the target
     draft = Alternating(model, SuffixDraft())
     dec = decoder_for_ids(target, draft, [ids] * ROWS, 3, 1, SamplingParams(1.0), tree=tree,
                           accept_fn=accept_always if wrong and tree is None else None)

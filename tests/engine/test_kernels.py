@@ -150,6 +150,7 @@ def stat_case(seed, one_hot, N=N):
     return args, torch.softmax(p_logits[0], -1)
 
 
+@pytest.mark.slow  # hundreds of rows through the Triton interpreter: tens of seconds
 def test_output_and_bonus_follow_the_target_and_a_broken_rule_fails():
     (logits, drafts, n, u, q), p = stat_case(seed=0, one_hot=False)
     v, first = first_tokens(logits, drafts, n, u, q)
@@ -170,6 +171,7 @@ def test_output_and_bonus_follow_the_target_and_a_broken_rule_fails():
     assert stat > chi2_bound(df), f"the test cannot tell a broken residual: chi2 {stat:.1f}, df {df}"
 
 
+@pytest.mark.slow  # hundreds of rows through the Triton interpreter: tens of seconds
 def test_one_hot_proposals_keep_the_target_distribution():
     (logits, drafts, n, u, _), p = stat_case(seed=1, one_hot=True, N=256)  # no power claim here: fewer draws
     v, first = first_tokens(logits, drafts, n, u, None)
