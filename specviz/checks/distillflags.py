@@ -69,7 +69,7 @@ def add_distill_args(p) -> None:
     g.add_argument("--seed", type=int, default=0, help="fixes the data, the initialisation and the training order")
     g.add_argument("--train-precision", default="auto", choices=["auto", "bf16", "float32"],
                    help="bf16 autocast or float32 for training; auto: bf16 where bf16 matmuls are native (CUDA, CPUs with "
-                        "AVX-512 bf16 or AMX), else float32 (on an AVX2 CPU a step ran 14x faster); the report records it")
+                        "AVX-512 bf16 or AMX), else float32 (on an AVX2 CPU training ran ~30x faster); the report records it")
     g.add_argument("--time-budget-min", type=float, default=None,
                    help="safety stop for training, in minutes (default: none); if it ends training before --steps, "
                         "the weights depend on the machine's speed and the report says so")

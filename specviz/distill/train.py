@@ -129,8 +129,8 @@ def fingerprint(train_data, val_data, steps: int, batch_size: int, lr: float, se
 
 def autocast_pays(device: torch.device) -> bool:
     """Train under bf16 autocast where bf16 matmuls run natively: CUDA, or a CPU where oneDNN packs bf16
-    (AVX-512 bf16, AMX). On an AVX2 CPU they take a slow path: one training step of a 1-layer feature draft
-    (batch 3) took 1.81 s under autocast against 0.13 s in float32 on a 2-core AMD EPYC."""
+    (AVX-512 bf16, AMX). On an AVX2 CPU they take a slow path: 8 steps of batch 16 took 172-210 s under autocast
+    against 5-7 s in float32 on a 2-core AMD EPYC, token and feature drafts (BENCHMARKS.md)."""
     from specviz.models.packed import cpu_packs_bf16
 
     return device.type == "cuda" or (device.type == "cpu" and cpu_packs_bf16())
