@@ -6,7 +6,8 @@ Prints one line: the packaged target's prefill (one forward over B left-padded r
 engine's RaggedCache, best of --reps) in ms and tokens/s for each shape, then the kernel's GFLOP/s on the
 target's linear shapes at each row count (specviz.models.bf16linear.linear, bf16 x and weights). Run it
 from two checkouts in alternating processes to compare kernels (TORCH_EXTENSIONS_DIR apart, so each loads
-its own build). Results: BENCHMARKS.md, "Long prompts: the kernel in passes of x".
+its own build). Results: BENCHMARKS.md, "Long prompts through the kernel in passes, distill training in
+float32 on an AVX2 CPU".
 """
 
 from __future__ import annotations

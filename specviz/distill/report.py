@@ -61,7 +61,7 @@ def build_report(a, target, own, layer_ids, vocab_map, train_samples, val_sample
                  "outside_map_rate_freeform": outside_rate(free[0]["outputs"], vocab_map) if free else None},
         "training": {"steps": hist["steps"], "stopped_by": hist["stopped_by"], "reproducible": hist["stopped_by"] == "steps",
                      "train_s": hist["train_s"], "best": hist["best"],
-                     "precision": "bf16 autocast" if hist.get("autocast", True) else "float32",
+                     "precision": "bf16 autocast" if hist["autocast"] else "float32",
                      "loss_first": float(np.mean(hist["loss"][:10])) if hist["loss"] else None,
                      "loss_last": float(np.mean(hist["loss"][-10:])) if hist["loss"] else None,
                      "loss_curve": hist["loss"][:: max(1, len(hist["loss"]) // 200)], "val_curve": hist["val"]},
@@ -86,7 +86,7 @@ def format_report(r: dict) -> str:
         f"({r['data']['generation_s']:.0f} s); held-out {r['data']['val_samples']} samples",
         f"  outside    held-out tokens outside the map: {_pct(r['data']['outside_map_rate_heldout'])}, "
         f"free-form: {_pct(r['data']['outside_map_rate_freeform'])}",
-        f"  training   {t['steps']} steps ({t.get('precision', 'bf16 autocast')}) in {t['train_s']:.0f} s; loss {t['loss_first'] or 0:.3f} -> {t['loss_last'] or 0:.3f}; "
+        f"  training   {t['steps']} steps ({t['precision']}) in {t['train_s']:.0f} s; loss {t['loss_first'] or 0:.3f} -> {t['loss_last'] or 0:.3f}; "
         f"best held-out top-1 agreement {t['best']['agreement']:.3f} at step {t['best']['step']}"
         + ("" if t.get("stopped_by", "steps") == "steps" else
            " (the time budget ended training: not reproducible bit for bit)"),

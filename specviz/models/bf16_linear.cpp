@@ -102,8 +102,9 @@ void all_rows(const float* x, const at::BFloat16* w, Y* y, const Y* res, int64_t
 }
 
 // Rows of x per pass over the weights: every block of weight rows re-reads all the x rows of its pass, so a pass's
-// x must stay in cache. One pass over 3840 x 1536 fp32 (23.6 MB) ran at 45 GFLOP/s against 103 for 1024 rows on a
-// 2-core AVX2 EPYC; a long prompt's prefill goes through in passes of X_PASS_BYTES of x.
+// x must stay in cache. The down projection (in = 1536) over 3840 rows in one pass (23.6 MB of x) ran at 49-64
+// GFLOP/s against 101-136 over 256 rows on a 2-core AVX2 EPYC, and at 73-127 in passes of X_PASS_BYTES of x
+// (bench/prefill.py, BENCHMARKS.md).
 constexpr int64_t X_PASS_BYTES = 1 << 21;
 
 template <typename Y>
