@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -43,20 +44,23 @@ def atomic_open(path):
     """A binary file that appears at ``path`` whole or not at all: written to a temporary file in the
     same folder, flushed to disk, then renamed over ``path`` (the folder's entry flushed too), so a
     crash, a Ctrl-C or a power cut leaves the old file or the complete new one. An exception inside
-    the block removes the temporary file and leaves ``path`` as it was."""
+    the block removes the temporary file and leaves ``path`` as it was; a Ctrl-C that lands while the
+    temporary file is being made, renamed or removed acts once that is done (no temp file left)."""
     path = Path(path)
     # os.open with 0o666 (not mkstemp's 0o600): the file gets the umask's permissions, as open() gives
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with deferred_signals() as let_through:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                with let_through():
+                    yield f
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     fsync_dir(path.parent)
 
 
@@ -65,6 +69,49 @@ def write_atomic(path, data: str | bytes) -> Path:
     with atomic_open(path) as f:
         f.write(data.encode() if isinstance(data, str) else data)
     return Path(path)
+
+
+_DEFERRED = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def deferred_signals():
+    """Run the block with Ctrl-C (SIGINT) and SIGTERM deferred: one that arrives meanwhile acts as the
+    block ends (re-raised through the handler that was there), so a commit or a clean-up of temporary
+    files runs whole. Yields ``let_through``, a context manager for a part of the block (the caller's
+    own work) where they act at once. Swaps the Python handlers rather than masking the signal: torch's
+    threads would take a masked process signal and the main thread still raise. Outside the main thread,
+    where Python delivers no signal, both are no-ops."""
+    held = threading.current_thread() is threading.main_thread()
+    caught: list[int] = []
+    before = {s: signal.getsignal(s) for s in _DEFERRED} if held else {}
+    before = {s: h for s, h in before.items() if h is not None}  # None: a handler set outside Python, left alone
+
+    def hold():
+        for s in before:
+            signal.signal(s, lambda signum, frame: caught.append(signum))
+
+    def release():
+        for s, h in before.items():
+            signal.signal(s, h)
+        pending = list(dict.fromkeys(caught))
+        caught.clear()
+        for s in pending:
+            signal.raise_signal(s)
+
+    @contextlib.contextmanager
+    def let_through():
+        release()
+        try:
+            yield
+        finally:
+            hold()
+
+    hold()
+    try:
+        yield let_through
+    finally:
+        release()
 
 
 def fsync_dir(folder) -> None:

@@ -6,7 +6,8 @@ block the files are flushed to disk, the destination's other entries (a distill 
 report.json...) are hard-linked in (no copy, and nothing is ever only in a temporary folder), and
 the two folders are exchanged in one step (Linux renameat2 RENAME_EXCHANGE; elsewhere the old
 folder is renamed aside first and restored by the next call if the process died in between). A
-Ctrl-C or crash before that step leaves the old folder untouched; what a killed process left
+Ctrl-C or crash before that step leaves the old folder untouched; one that lands during the exchange
+or the clean-up acts once they are done (nothing left beside the folder); what a killed process left
 beside it is removed by the next call.
 """
 
@@ -21,7 +22,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from specviz.common import SpecvizError, fsync_dir, fsync_tree, pid_alive, remove_dead_temps
+from specviz.common import SpecvizError, deferred_signals, fsync_dir, fsync_tree, pid_alive, remove_dead_temps
 
 
 def _temps(name: str, role: str) -> re.Pattern:
@@ -45,26 +46,28 @@ def replaced_whole(dest):
     dest.parent.mkdir(parents=True, exist_ok=True)
     recover(dest)
     new = _beside(dest, "new")
-    os.mkdir(new, 0o777)  # the umask's permissions, as a plain mkdir gives (mkdtemp would give 0700)
-    if dest.is_dir():
-        shutil.copymode(dest, new)
     aside = _beside(dest, "old")  # used only where the two folders cannot be exchanged in one step
-    try:
-        yield new
-        fsync_tree(new)
-        if dest.is_dir():
-            _link_missing(dest, new)
-        if not dest.exists():
-            os.rename(new, dest)
-        elif not _exchange(new, dest):
-            os.rename(dest, aside)
-            os.rename(new, dest)
-        fsync_dir(dest.parent)
-    finally:
-        if not dest.exists() and aside.exists():  # stopped between the two renames: the old one goes back
-            os.rename(aside, dest)
-        shutil.rmtree(aside, ignore_errors=True)
-        shutil.rmtree(new, ignore_errors=True)  # unfinished new contents, or (after the exchange) the old ones
+    with deferred_signals() as let_through:  # a Ctrl-C acts in the caller's block, else once all is done
+        try:
+            os.mkdir(new, 0o777)  # the umask's permissions, as a plain mkdir gives (mkdtemp would give 0700)
+            if dest.is_dir():
+                shutil.copymode(dest, new)
+            with let_through():
+                yield new
+                fsync_tree(new)
+            if dest.is_dir():
+                _link_missing(dest, new)
+            if not dest.exists():
+                os.rename(new, dest)
+            elif not _exchange(new, dest):
+                os.rename(dest, aside)
+                os.rename(new, dest)
+            fsync_dir(dest.parent)
+        finally:
+            if not dest.exists() and aside.exists():  # stopped between the two renames: the old one goes back
+                os.rename(aside, dest)
+            shutil.rmtree(aside, ignore_errors=True)
+            shutil.rmtree(new, ignore_errors=True)  # unfinished new contents, or (after the exchange) the old ones
 
 
 def recover(dest: Path) -> None:

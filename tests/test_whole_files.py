@@ -6,14 +6,16 @@ import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import zipfile
 
 import pytest
 import torch
 
-from specviz.common import SpecvizError, atomic_open, load_tensors, write_atomic
+from specviz.common import SpecvizError, atomic_open, deferred_signals, load_tensors, write_atomic
 
 
 class _RunsCode:
@@ -108,6 +110,75 @@ def test_written_files_get_the_umasks_permissions_not_a_private_temp_files(tmp_p
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt here, whatever the test runner set (a worker may ignore it)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_a_ctrl_c_inside_deferred_signals_acts_as_the_block_ends_with_torch_threads_running(ctrl_c_raises):
+    torch.ones(256, 256) @ torch.ones(256, 256)  # torch's worker threads exist: one could take the signal
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_signals():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # plenty of points where Python would run a signal handler
+                torch.ones(64, 64) @ torch.ones(64, 64)
+            done.append(True)
+    assert done
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handler is back
+
+
+def test_a_ctrl_c_in_the_let_through_part_acts_at_once():
+    caught = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: caught.append("handler"))
+    try:
+        with deferred_signals() as let_through:
+            with let_through():
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):
+                    if caught:
+                        break
+                caught.append("inside")
+            caught.append("after")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert caught == ["handler", "inside", "after"]
+
+
+def test_deferred_signals_off_the_main_thread_change_no_handler():
+    seen = []
+
+    def run():
+        with deferred_signals() as let_through:
+            with let_through():
+                seen.append(signal.getsignal(signal.SIGINT))
+    before = signal.getsignal(signal.SIGINT)
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert seen == [before]
+
+
+def test_a_ctrl_c_as_the_temp_file_is_made_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypatch, ctrl_c_raises):
+    path = write_atomic(tmp_path / "report.json", '{"old": true}')
+    real_open = os.open
+
+    def opening(*a, **kw):
+        fd = real_open(*a, **kw)
+        os.kill(os.getpid(), signal.SIGINT)  # lands between the temp file's creation and what removes it
+        return fd
+    monkeypatch.setattr(os, "open", opening)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_open(path) as f:
+            f.write(b'{"new": ')
+    monkeypatch.undo()
+    assert path.read_text() == '{"old": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
 
 
 def test_a_dead_writers_temp_file_is_removed_and_a_live_ones_kept(tmp_path):

@@ -167,3 +167,59 @@ def test_an_exception_while_writing_leaves_the_folder_as_it_was(tmp_path):
             (new / "a").write_text("new")
             raise OSError(28, "No space left on device")
     assert [p.name for p in tmp_path.iterdir()] == ["draft"] and (dest / "a").read_text() == "old"
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt here, whatever the test runner set (a worker may ignore it)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def _ctrl_c_inside(fn):
+    """``fn`` that sends this process a Ctrl-C as it starts, the first time it is called."""
+    sent = []
+
+    def wrapped(*a, **kw):
+        if not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return fn(*a, **kw)
+    return wrapped
+
+
+@pytest.mark.parametrize("where", ["_exchange", "_link_missing", "rmtree"])
+def test_a_ctrl_c_during_the_exchange_or_the_clean_up_acts_after_them_and_leaves_nothing_beside(
+        tmp_path, monkeypatch, ctrl_c_raises, where):
+    from specviz import wholefolder
+
+    dest = tmp_path / "draft"
+    with wholefolder.replaced_whole(dest) as new:
+        (new / "a").write_text("old")
+    (dest / "report.json").write_text("kept")
+    if where == "rmtree":
+        monkeypatch.setattr(wholefolder.shutil, "rmtree", _ctrl_c_inside(wholefolder.shutil.rmtree))
+    else:
+        monkeypatch.setattr(wholefolder, where, _ctrl_c_inside(getattr(wholefolder, where)))
+    with pytest.raises(KeyboardInterrupt):
+        with wholefolder.replaced_whole(dest) as new:
+            (new / "a").write_text("new")
+    assert (dest / "a").read_text() == "new" and (dest / "report.json").read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft"]
+
+
+def test_a_ctrl_c_as_the_new_folder_is_made_stops_before_the_callers_block_and_leaves_nothing(
+        tmp_path, monkeypatch, ctrl_c_raises):
+    from specviz import wholefolder
+
+    dest = tmp_path / "draft"
+    with wholefolder.replaced_whole(dest) as new:
+        (new / "a").write_text("old")
+    monkeypatch.setattr(wholefolder.shutil, "copymode", _ctrl_c_inside(wholefolder.shutil.copymode))
+    ran = []
+    with pytest.raises(KeyboardInterrupt):
+        with wholefolder.replaced_whole(dest) as new:
+            ran.append(True)
+    assert not ran and (dest / "a").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft"]
