@@ -63,6 +63,15 @@ SLIDERS = {
 }
 
 
+HYBRID_SUFFIX_DEPTH = 12  # MODEL+suffix: its suffix side drafts up to max(k, this) deep (specviz.engine.hybrid)
+
+
+def draft_reach(draft: str | None, k: int) -> int:
+    """The most tokens one step's proposal may hold at draft length k: k, or for MODEL+suffix the depth
+    its suffix side may reach (what a run's context must leave room for)."""
+    return max(k, HYBRID_SUFFIX_DEPTH) if k and draft and draft.endswith("+suffix") else k
+
+
 def _name(dest: str) -> str:
     return "top-p" if dest == "top_p" else dest.replace("_", " ")
 

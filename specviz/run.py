@@ -181,7 +181,8 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     ids = encode_prompts(target.tokenizer, prompts, cfg.raw_prompt)
     k = cfg.draft_length if proposer is not None else 0
     # the CLI checks this before loading (specviz.checks); here for the app, a hub id, a .gguf
-    check_fits([len(x) for x in ids], cfg.max_new_tokens, k, context_length(getattr(target.model, "config", None)), target.name)
+    check_fits([len(x) for x in ids], cfg.max_new_tokens, proposer.deepest(k) if hasattr(proposer, "deepest") else k,
+               context_length(getattr(target.model, "config", None)), target.name)
     cargs = dict(cfg.policy_args)
     policy_name = cfg.policy if proposer is not None else "fixed"
     if getattr(proposer, "kind", None) == "suffix":

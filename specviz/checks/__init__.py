@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specviz.bounds import FLOATS, INT_LISTS, INTS, MAX_ROWS, check_numbers, int_list  # noqa: F401 (the pass's API)
+from specviz.bounds import FLOATS, INT_LISTS, INTS, MAX_ROWS, check_numbers, draft_reach, int_list  # noqa: F401 (the pass's API)
 from specviz.checks.peerflags import PEER_CHECKED, PEER_NO_CHECK, check_peer_args
 from specviz.checks.tuneflags import TUNE_CHECKED, TUNE_NO_CHECK, check_tune_args
 from specviz.common import EXIT_BAD_INPUT, MissingResource, SpecvizError
@@ -244,7 +244,7 @@ def check_context(a, cmd: str, prompts: list[str], target_dir: Path | None, draf
             raise SpecvizError(f"--prefix-len {a.prefix_len} + --k-max {a.k_max} + 1 positions pass the {context}-token "
                                f"context of {model}")
         return
-    k = max(int_list(a.draft_lengths, "--draft-lengths")) if cmd == "sweep" else a.draft_length
+    k = draft_reach(a.draft, max(int_list(a.draft_lengths, "--draft-lengths")) if cmd == "sweep" else a.draft_length)
     check_room(a.max_new_tokens, k, context, model)
     # run: the first B (or --requests, cycled); bench/sweep: every prompt
     used = prompts[: max(a.batch_size, getattr(a, "requests", None) or 0)] if cmd == "run" else prompts

@@ -9,7 +9,13 @@ Per row and step, the draft with the higher expected accepted length drafts:
           toward the run's pooled rate at j by PRIOR_STEPS pseudo-steps; the pooled rate starts at
           PRIOR_ALPHA the same way. A row that always takes the suffix draft keeps its last estimate.
 A short match scores low (a match of L tokens drafts at most L deep), so a fresh prompt drafts with the
-model; a long, frequent match scores near k and beats a model that accepts less. Arctic Inference's
+model; a long, frequent match scores high and beats a model that accepts less.
+
+Depth: the model drafts k tokens; the suffix side drafts up to max(k, HYBRID_SUFFIX_DEPTH) (specviz.bounds)
+deep, still at most L, so a row copying a long stretch verifies more than k of it in one step while the
+model's draft cost stays at k forwards (the engine asks ``deepest(k)`` for the verify's width). The
+plain suffix draft gets the same reach by a larger k (SuffixDecoding and Arctic Inference bound the
+speculation by the match length, not by a fixed k). Arctic Inference's
 hybrid chooses between its suffix trees and its model speculator per step in the same spirit (it
 compares the suffix score with the model's speculation length; here the model's expected accepted
 length stands in, which its running acceptance gives).
@@ -35,6 +41,7 @@ import dataclasses
 
 import torch
 
+from specviz.bounds import HYBRID_SUFFIX_DEPTH
 from specviz.engine.proposers import Proposal
 from specviz.engine.transfer import host_tensor
 from specviz.engine.tree import TokenTree
@@ -137,11 +144,12 @@ class HybridDraft:
     kind = "hybrid"
     wants_features = False  # a feature draft is refused as the model side
 
-    def __init__(self, model, suffix, merge: bool = False):
+    def __init__(self, model, suffix, merge: bool = False, suffix_depth: int = HYBRID_SUFFIX_DEPTH):
         if getattr(model, "wants_features", False):
             raise ValueError("MODEL+suffix takes a token draft (a model or a distilled token draft); a feature "
                              "draft reads the target's features, which this hybrid does not pass on")
         self.model, self.suffix, self.merge = model, suffix, merge
+        self.suffix_depth = suffix_depth  # the suffix side's own cap on its depth (0: the step's k)
         self.name = f"{model.name}+suffix"
         self.device = suffix.device
         self.rows: list[Acceptance] = []  # per row: the model draft's acceptance by position
@@ -183,6 +191,10 @@ class HybridDraft:
         self.suffix.select_rows(rows)
         self.rows = [self.rows[i] for i in rows.tolist()]
 
+    def deepest(self, k: int) -> int:
+        """The deepest proposal at the step's draft length k: the suffix side may draft past it."""
+        return max(k, self.suffix_depth) if k else 0
+
     # ---- the choice --------------------------------------------------------------------------
 
     def model_estimate(self, k: int) -> list[float]:
@@ -212,22 +224,26 @@ class HybridDraft:
     # ---- chains ------------------------------------------------------------------------------
 
     def propose(self, contexts, k: int, params, u) -> Proposal:
-        sfx = self.suffix.propose(contexts, k, params, u)
+        K = self.deepest(k)
+        sfx = self.suffix.propose(contexts, K, params, u)
         if not k:  # a regular step: neither drafts
             self.use_suffix, self.ran = [False] * len(contexts), False
             return sfx
         if all(self._choose(k)):
             return sfx
         self.ran = True
-        m = self.model.propose(contexts, k, params, u)
+        m = self.model.propose(contexts, k, params, u[:, :k])
         B = len(contexts)
         self._model_n = [k] * B if m.widest == k else m.num_drafted.tolist()
-        use = host_tensor(self.use_suffix, m.tokens.device).bool()  # [B]
-        tokens = torch.where(use.unsqueeze(1), sfx.tokens.to(m.tokens.device), m.tokens)  # [B, k]
-        n = torch.where(use, sfx.num_drafted.to(m.tokens.device), m.num_drafted)  # [B]
+        dev = m.tokens.device
+        use = host_tensor(self.use_suffix, dev).bool()  # [B]
+        model_tokens = torch.nn.functional.pad(m.tokens, (0, K - k), value=-1)  # [B, K] -1 past the model's k
+        tokens = torch.where(use.unsqueeze(1), sfx.tokens.to(dev), model_tokens)  # [B, K]
+        n = torch.where(use, sfx.num_drafted.to(dev), m.num_drafted)  # [B]
         probs = m.probs
         if probs is not None:  # a suffix row's q is the one-hot of its proposal (the point-mass rule)
-            one_hot = torch.zeros_like(probs).scatter_(2, tokens.clamp(min=0).unsqueeze(2), 1.0)  # [B, k, V]
+            probs = torch.nn.functional.pad(probs, (0, 0, 0, K - k))  # [B, K, V] zeros past the model's k
+            one_hot = torch.zeros_like(probs).scatter_(2, tokens.clamp(min=0).unsqueeze(2), 1.0)  # [B, K, V]
             probs = torch.where(use.view(B, 1, 1), one_hot, probs)
         counts = [c if s else mn for s, c, mn in zip(self.use_suffix, sfx.counts, self._model_n)]
         return Proposal(tokens, n, probs, widest=max(counts, default=0), counts=counts)
@@ -243,7 +259,7 @@ class HybridDraft:
     # ---- token trees -------------------------------------------------------------------------
 
     def propose_tree(self, contexts, k: int, width: int, nodes: int, params) -> TokenTree:
-        st = self.suffix.propose_tree(contexts, k, width, nodes, params)
+        st = self.suffix.propose_tree(contexts, self.deepest(k), width, nodes, params)
         if not self.merge and all(self._choose(k)):
             return st
         self.use_suffix = self.use_suffix if not self.merge else [False] * len(contexts)

@@ -43,7 +43,9 @@ class Proposal:
 @runtime_checkable
 class Proposer(Protocol):
     """What the engine calls on a draft (specviz.engine.step and decoder), the same for every
-    kind: the engine passes ``features`` to every draft, None unless the draft ``wants_features``."""
+    kind: the engine passes ``features`` to every draft, None unless the draft ``wants_features``.
+    A proposal is at most k deep, unless the draft has ``deepest(k)``, the depth it may reach instead
+    (the hybrid's suffix side drafts past the model's k)."""
 
     kind: ClassVar[str]  # "model", "feature", "ngram", "suffix", "hybrid"
     name: str  # what traces and pages call it

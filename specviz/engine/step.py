@@ -170,8 +170,10 @@ class StepParts:
         return self._draft_line(dec, k)
 
     def _draft_line(self, dec, k: int) -> Drafts:
-        u = streams.row_uniforms(dec.active, 2 * k + 1, dec.device)  # [B, 2k + 1] per-row streams
-        u_draft, u_verify = u[:, :k], u[:, k:]
+        deepest = getattr(dec.proposer, "deepest", None)  # a draft that may propose past k says how far (the hybrid)
+        W = deepest(k) if deepest is not None and k else k
+        u = streams.row_uniforms(dec.active, k + W + 1, dec.device)  # [B, k + W + 1] per-row streams
+        u_draft, u_verify = u[:, :k], u[:, k:]  # [B, k] the draft's, [B, W + 1] the verify's
         B = len(dec.active)
         if k == 0:
             empty = torch.empty(B, 0, dtype=torch.long, device=dec.device)  # [B, 0]
@@ -180,7 +182,7 @@ class StepParts:
         prop = dec.proposer.propose([r.context for r in dec.active], k, dec.params, u_draft)
         drafts, n, q = prop.tokens, prop.num_drafted, prop.probs
         w = int(n.max()) if prop.widest is None else prop.widest  # slots past the widest proposal: holes in every row
-        if w < k:
+        if w < W:
             drafts, q, u_verify = drafts[:, :w], (q[:, :w] if q is not None else None), u_verify[:, : w + 1]
         # a proposer names every n_b on the host (counts), or says every row drafted its widest (widest)
         sizes = prop.counts if prop.counts is not None else ([w] * B if prop.widest is not None else None)

@@ -29,6 +29,6 @@ def check_fits(prompt_lengths: list[int], max_new_tokens: int, draft_length: int
     need = prompt_lengths[i] + max_new_tokens + draft_length
     if need > context:
         raise SpecvizError(
-            f"prompt {i + 1} is {prompt_lengths[i]} tokens; with --max-new-tokens {max_new_tokens} and --draft-length "
-            f"{draft_length} that needs {need} positions, past the {context}-token context of {model}: "
+            f"prompt {i + 1} is {prompt_lengths[i]} tokens; with --max-new-tokens {max_new_tokens} and drafts of up to "
+            f"{draft_length} tokens that needs {need} positions, past the {context}-token context of {model}: "
             "shorten the prompt or lower --max-new-tokens")

@@ -3,6 +3,7 @@ fresh prompt, the tree records' origin, and a clear message for a bad MODEL+suff
 
 import pytest
 
+from specviz.bounds import HYBRID_SUFFIX_DEPTH
 from specviz.checks import check_draft
 from specviz.common import SpecvizError
 from specviz.engine.hybrid import PRIOR_ALPHA, Acceptance, expected_accepted, merge_rows
@@ -80,3 +81,25 @@ def test_every_tree_node_records_the_draft_that_proposed_it(target):
     assert {"suffix"} in origins and {"model"} in origins  # one draft per row and step, each recorded
     back = [r.tree for s in steps for r in s.rows if r.tree is not None][0]
     assert type(back).from_json(back.to_json()) == back  # the trace keeps it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tree", [None, TreeShape(1, 16)], ids=["chain", "tree"])
+def test_the_suffix_side_drafts_past_the_models_k_and_stays_exact(target, tree):
+    """k = 2: a long match lets the suffix side draft up to 12 deep (never the model's rows), and the output
+    is still plain greedy's; with the suffix side's cap at k, no proposal passes k."""
+    from exact_default import assert_exact
+    from specviz.measure.correctness import compare
+
+    ids = encode_prompts(target.tokenizer, [REPETITIVE])
+    reference = decoder_for_ids(target, None, ids, 0, 40)
+    for _ in reference.steps():
+        pass
+    for depth, longest in ((HYBRID_SUFFIX_DEPTH, lambda n: 2 < n <= HYBRID_SUFFIX_DEPTH), (0, lambda n: n <= 2)):
+        draft = make_proposer(f"{DEFAULT_DRAFT_DIR}+suffix", target)
+        draft.suffix_depth = depth
+        dec = decoder_for_ids(target, draft, ids, 2, 40, tree=tree)
+        drafted = [(s.rows[0].drafted, draft.use_suffix[0]) for s in dec.steps()]
+        assert longest(max(n for n, _ in drafted)), drafted
+        assert all(n <= 2 for n, by_suffix in drafted if not by_suffix)  # the model drafts k
+        assert_exact(compare(target, ids, [dec.rows[0].output], [reference.rows[0].output]))
