@@ -67,6 +67,9 @@ COMMANDS = {
     "suffix-4x3": "specviz calibrate --draft ngram --dtype bfloat16 --device cpu --batch-sizes 1,2,4,8 --k-max 8, then "
                   'bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96 --batch-sizes 1,8 --no-chat '
                   '--arms "ngram;suffix;suffix, k = 12;suffix, k = 12, goodput"',
+    "hybrid-depth": 'bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96 --batch-sizes 1,8 --arms '
+                    '"suffix, k = 12;default;default+suffix;default+suffix, suffix to k" (at that commit the second '
+                    'hybrid arm is today\'s default+suffix, the first default+suffix:12)',
     "suffix-goodput-b8": 'bench/suffix_hybrid.py --rounds 2 --max-new-tokens 96 --batch-sizes 8 --no-chat '
                          '--arms "suffix;suffix, k = 12;suffix, k = 12, goodput" (after suffix-goodput\'s calibration)',
     "trees": f"bench/trees.py --prompts {FREEFORM} --batch-size 1 --rounds 3 --drafts token:{TOKEN},old:OLD,wide:{FEATURE} "
@@ -262,7 +265,10 @@ def suffix_tables(path: Path) -> list[dict]:
 def suffix() -> list[str]:
     out = ["| workload | B | draft (k) | vs regular (median) | spread over rounds | acceptance | draft ms / step | "
            "rounds | commit | machine | command |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, machine, command in (("suffix-decoder-2026-12-07", EPYC, "suffix-4x3"),
+    # hybrid-depth ran when the hybrid's suffix side went 12 deep by default: its arms under today's specs
+    today = {"default+suffix": "default+suffix:12", "default+suffix, suffix to k": "default+suffix"}
+    for folder, machine, command in (("hybrid-depth-2026-12-08", EPYC, "hybrid-depth"),
+                                     ("suffix-decoder-2026-12-07", EPYC, "suffix-4x3"),
                                      ("suffix-4x3-2026-12-07", EPYC, "suffix-4x3"),
                                      ("suffix-goodput-2026-12-07b", EPYC, "suffix-goodput-b8"),
                                      ("suffix-goodput-2026-12-07", EPYC, "suffix-goodput"),
@@ -272,6 +278,7 @@ def suffix() -> list[str]:
             for arm, r in t["rows"].items():
                 if arm == "regular":
                     continue
+                arm = today.get(arm, arm) if command == "hybrid-depth" else arm
                 label = arm if ", k = " in arm else f"{arm} (k = {t['k']})"
                 out.append(f"| {t['set']} | {t['B']} | {label.replace(', k = ', ' (k = ') + (')' if ', k = ' in arm else '')} | "
                            f"**{r['ratio']}** | {r['spread']} | {'–' if r['acceptance'] == 'nan' else r['acceptance']} | "
@@ -355,10 +362,12 @@ def section() -> str:
              "k = 4 and at its own cap k = 12, and at k = 12 also with factor 1 (min(k, L), Arctic Inference's default "
              "and the hybrid's). `hybrid tree`: the hybrid's token trees (width 2, 8 nodes), one draft per row or one "
              "merged tree. `goodput`: the suffix draft at its cap with `--policy goodput`, which keeps each step only "
-             "the batch's likeliest drafted tokens that pay by the target's calibrated cost. The first rows are on the "
+             "the batch's likeliest drafted tokens that pay by the target's calibrated cost. `default+suffix:12`: the "
+             "hybrid with its suffix side drafting up to 12 deep while the model drafts k = 4 (the first rows, "
+             "2026-12-08; slower than the default `default+suffix` on every set). The first rows are on the "
              "AMD EPYC of the tables above with our bf16 kernel; the rows after them on a 2-core Intel Xeon with AMX "
              "(oneDNN's bf16), where bf16 regular decoding ran at about 33 tokens/s at B = 1 (on the EPYC with the "
-             "kernel 23-28 in the first entries of 2026-12-07, 53-57 in the rows of 11770a5, the first here):", "",
+             "kernel 23-28 in the first entries of 2026-12-07, 53-57 in the rows of 11770a5 and later):", "",
              *suffix(), "",
              "### Token trees vs chains", "",
              "Batch size 1, the 24 free-form prompts, 48 new tokens; chains and trees of depth k, width W, N nodes:", "",

@@ -5,9 +5,9 @@ length k and at its own longer cap (--suffix-draft-length: the depth rule drafts
 supports, so a long cap costs little where matches are short), there also with the depth rule's factor 1
 (Arctic's default, the hybrid's) beside the default 4; on edit-code at B = 1 also the hybrid's
 token trees per row against one merged tree; and the hybrid against the model draft alone on chat at
-B = 1 and B = 8. The hybrid runs both with its suffix side's own depth cap (``default+suffix``: up to
-specviz.bounds.HYBRID_SUFFIX_DEPTH deep) and capped at the shared k (``default+suffix, suffix to k``). Each table gives each draft's cost per step (median draft-phase ms of the steps that
-drafted) beside the model draft's. Where a calibration of the target is kept (``specviz calibrate`` for any
+B = 1 and B = 8. The hybrid runs with its suffix side at the shared k (``default+suffix``) and up to
+12 deep (``default+suffix:12``). Each table gives each draft's cost per step (median draft-phase ms of
+the steps that drafted) beside the model draft's. Where a calibration of the target is kept (``specviz calibrate`` for any
 pair with it, on this device and dtype), also the suffix draft at its cap with the batch's node count chosen
 by goodput (``--policy goodput``: specviz.engine.suffix). ``--arms`` keeps only the arms named (regular always
 runs); ``--no-chat`` skips the chat tables.
@@ -104,7 +104,7 @@ def main() -> None:
                                                                a.suffix_draft_length),
                       f"suffix, k = {a.suffix_draft_length}, factor 1": (hybrid_suffix(target), a.suffix_draft_length),
                       "default": model, "default+suffix": HybridDraft(model, hybrid_suffix(target)),
-                      "default+suffix, suffix to k": HybridDraft(model, hybrid_suffix(target), suffix_depth=0)}
+                      "default+suffix:12": HybridDraft(model, hybrid_suffix(target), suffix_depth=12)}
             if costs is not None:  # run.make_decoder gives the draft the target's cost under this policy
                 drafts[f"suffix, k = {a.suffix_draft_length}, goodput"] = (
                     SuffixDraft(device=target.device), a.suffix_draft_length, "goodput")
@@ -117,7 +117,7 @@ def main() -> None:
             continue
         chat = prompt_set("chat")[: max(B, 8)]
         drafts = {"default": model, "default+suffix": HybridDraft(model, hybrid_suffix(target)),
-                  "default+suffix, suffix to k": HybridDraft(model, hybrid_suffix(target), suffix_depth=0)}
+                  "default+suffix:12": HybridDraft(model, hybrid_suffix(target), suffix_depth=12)}
         if keep is not None:
             drafts = {label: d for label, d in drafts.items() if label in keep}
         report(f"chat, B = {B}, k = {a.draft_length}, {len(chat)} prompts",

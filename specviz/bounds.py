@@ -6,6 +6,7 @@ bound and the same one-line message everywhere. No torch: the Streamlit server i
 from __future__ import annotations
 
 import math
+import re
 
 from specviz.common import SpecvizError
 
@@ -63,13 +64,23 @@ SLIDERS = {
 }
 
 
-HYBRID_SUFFIX_DEPTH = 12  # MODEL+suffix: its suffix side drafts up to max(k, this) deep (specviz.engine.hybrid)
+def hybrid_parts(spec: str | None, flag: str = "--draft") -> tuple[str, int] | None:
+    """``MODEL+suffix[:D]`` (the hybrid, specviz.engine.hybrid) -> (MODEL, D), D 0 when unsaid (its suffix
+    side then drafts the step's k); None for any other draft. A D not from 1 to 64 is refused in one line."""
+    m = re.fullmatch(r"(.*)\+suffix(:.*)?", spec or "", re.S)
+    if not m:
+        return None
+    depth = (m.group(2) or ":")[1:]
+    if m.group(2) and not (depth.isdigit() and 1 <= int(depth) <= 64):
+        raise SpecvizError(f"{flag} MODEL+suffix:D wants the suffix side's depth D from 1 to 64 (got {spec!r})")
+    return m.group(1), int(depth or 0)
 
 
 def draft_reach(draft: str | None, k: int) -> int:
-    """The most tokens one step's proposal may hold at draft length k: k, or for MODEL+suffix the depth
-    its suffix side may reach (what a run's context must leave room for)."""
-    return max(k, HYBRID_SUFFIX_DEPTH) if k and draft and draft.endswith("+suffix") else k
+    """The most tokens one step's proposal may hold at draft length k: k, or for MODEL+suffix:D the depth
+    D its suffix side may reach where that is more (what a run's context must leave room for)."""
+    parts = hybrid_parts(draft)
+    return max(k, parts[1]) if k and parts else k
 
 
 def _name(dest: str) -> str:

@@ -20,6 +20,7 @@ from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
 from specviz.engine.suffix import SuffixDraft
 from specviz.engine.hybrid import SUFFIX_FACTOR, HybridDraft
 from specviz.engine.decoder import SpecDecoder
+from specviz.bounds import hybrid_parts
 from specviz.common import SpecvizError
 from specviz.models.devicemap import placement
 from specviz.models.forwardoptions import ForwardOptions
@@ -85,8 +86,8 @@ def resolve_draft_spec(draft: str, target) -> str:
     - a target in float32: its own weights in bfloat16 (acceptance ~0.97 at about half the cost);
     - otherwise prompt-lookup n-grams.
     """
-    if draft.endswith("+suffix"):  # the hybrid: its model part resolved so
-        return resolve_draft_spec(draft.removesuffix("+suffix"), target) + "+suffix"
+    if parts := hybrid_parts(draft):  # the hybrid: its model part resolved so
+        return resolve_draft_spec(parts[0], target) + draft[len(parts[0]):]
     if draft != "default":
         return draft
     if target.dtype == torch.float32:
@@ -110,13 +111,13 @@ def make_proposer(draft: str, target, stop_below: float = 0.0, options: ForwardO
         return NgramDraft(max_ngram=n, device=target.device)
     if spec == "suffix":
         return SuffixDraft(device=target.device)
-    if spec.endswith("+suffix"):
-        model = make_proposer(spec.removesuffix("+suffix"), target, stop_below, options)
+    if parts := hybrid_parts(spec):
+        model = make_proposer(parts[0], target, stop_below, options)
         if getattr(model, "kind", None) != "model":
             raise SpecvizError(f"--draft {spec}: the part before '+suffix' resolves to {model.name if model else 'none'} "
                                f"for {target.name} in {str(target.dtype).removeprefix('torch.')}; MODEL+suffix wants a "
                                "model draft there (a token draft: a model SPEC or a distilled draft folder)")
-        return HybridDraft(model, SuffixDraft(device=target.device, factor=SUFFIX_FACTOR))
+        return HybridDraft(model, SuffixDraft(device=target.device, factor=SUFFIX_FACTOR), suffix_depth=parts[1])
     if spec == "default@bf16":
         loaded = get_model("default", str(target.device), "bfloat16")
     elif is_distilled_draft(spec):  # shares the target's input embedding, runs in the target's dtype

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specviz.bounds import FLOATS, INT_LISTS, INTS, MAX_ROWS, check_numbers, draft_reach, int_list  # noqa: F401 (the pass's API)
+from specviz.bounds import FLOATS, INT_LISTS, INTS, MAX_ROWS, check_numbers, draft_reach, hybrid_parts, int_list  # noqa: F401 (the pass's API)
 from specviz.checks.peerflags import PEER_CHECKED, PEER_NO_CHECK, check_peer_args
 from specviz.checks.tuneflags import TUNE_CHECKED, TUNE_NO_CHECK, check_tune_args
 from specviz.common import EXIT_BAD_INPUT, MissingResource, SpecvizError
@@ -166,8 +166,8 @@ def model_dir(spec: str, flag: str) -> Path | None:
 def check_draft(spec: str, flag: str) -> Path | None:
     if spec in ("default", "none", "ngram", "suffix", "default@bf16"):
         return None
-    if (model := spec.removesuffix("+suffix")) != spec:  # the hybrid (specviz.engine.hybrid)
-        if model in ("", "none", "suffix") or model.startswith("ngram") or "+" in model:
+    if parts := hybrid_parts(spec, flag):  # the hybrid (specviz.engine.hybrid)
+        if (model := parts[0]) in ("", "none", "suffix") or model.startswith("ngram") or "+" in model:
             raise SpecvizError(f"{flag} MODEL+suffix wants a model draft before '+suffix' (default, a distilled "
                                f"draft folder or a model SPEC), not {model or 'nothing'!r} (got {spec!r})")
         return check_draft(model, flag)

@@ -26,7 +26,7 @@ RUN_FLAGS = [
                                "local Hugging Face folder, or a .gguf file")),
         ("--draft", dict(default="default", metavar="SPEC",
                          help="draft: default (picked for the target), ngram[:N] (prompt lookup), suffix (suffix "
-                              "decoding), MODEL+suffix (the hybrid, e.g. default+suffix), none, a distilled draft "
+                              "decoding), MODEL+suffix[:D] (the hybrid, e.g. default+suffix), none, a distilled draft "
                               "folder, or any model SPEC")),
         ("--device", dict(default="auto", metavar="DEVICE", help="auto, cpu, cuda or cuda:N")),
         ("--dtype", dict(default="auto", choices=["auto", "float32", "bfloat16", "float16"],

@@ -11,11 +11,13 @@ Per row and step, the draft with the higher expected accepted length drafts:
 A short match scores low (a match of L tokens drafts at most L deep), so a fresh prompt drafts with the
 model; a long, frequent match scores high and beats a model that accepts less.
 
-Depth: the model drafts k tokens; the suffix side drafts up to max(k, HYBRID_SUFFIX_DEPTH) (specviz.bounds)
-deep, still at most L, so a row copying a long stretch verifies more than k of it in one step while the
-model's draft cost stays at k forwards (the engine asks ``deepest(k)`` for the verify's width). The
-plain suffix draft gets the same reach by a larger k (SuffixDecoding and Arctic Inference bound the
-speculation by the match length, not by a fixed k). Arctic Inference's
+Depth: the model drafts k tokens, and so does the suffix side (still at most L), unless the spec names
+its own depth: ``MODEL+suffix:D`` lets it draft up to max(k, D) deep, so a row copying a long stretch
+verifies more of it in one step while the model's draft still costs k forwards (the engine asks
+``deepest(k)`` for the verify's width; SuffixDecoding and Arctic Inference bound the speculation by the
+match length, not by a fixed k). Off by default: on this project's 2-core AMD EPYC, where a verified token
+costs time, D = 12 at k = 4 was slower than D = k on every predictable set (BENCHMARKS.md, "The hybrid's
+suffix side past k"); it is for hardware where a wider verify costs about what a narrow one does. Arctic Inference's
 hybrid chooses between its suffix trees and its model speculator per step in the same spirit (it
 compares the suffix score with the model's speculation length; here the model's expected accepted
 length stands in, which its running acceptance gives).
@@ -41,7 +43,6 @@ import dataclasses
 
 import torch
 
-from specviz.bounds import HYBRID_SUFFIX_DEPTH
 from specviz.engine.proposers import Proposal
 from specviz.engine.transfer import host_tensor
 from specviz.engine.tree import TokenTree
@@ -144,7 +145,7 @@ class HybridDraft:
     kind = "hybrid"
     wants_features = False  # a feature draft is refused as the model side
 
-    def __init__(self, model, suffix, merge: bool = False, suffix_depth: int = HYBRID_SUFFIX_DEPTH):
+    def __init__(self, model, suffix, merge: bool = False, suffix_depth: int = 0):
         if getattr(model, "wants_features", False):
             raise ValueError("MODEL+suffix takes a token draft (a model or a distilled token draft); a feature "
                              "draft reads the target's features, which this hybrid does not pass on")

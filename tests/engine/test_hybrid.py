@@ -3,7 +3,6 @@ fresh prompt, the tree records' origin, and a clear message for a bad MODEL+suff
 
 import pytest
 
-from specviz.bounds import HYBRID_SUFFIX_DEPTH
 from specviz.checks import check_draft
 from specviz.common import SpecvizError
 from specviz.engine.hybrid import PRIOR_ALPHA, Acceptance, expected_accepted, merge_rows
@@ -84,10 +83,11 @@ def test_every_tree_node_records_the_draft_that_proposed_it(target):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 @pytest.mark.parametrize("tree", [None, TreeShape(1, 16)], ids=["chain", "tree"])
-def test_the_suffix_side_drafts_past_the_models_k_and_stays_exact(target, tree):
-    """k = 2: a long match lets the suffix side draft up to 12 deep (never the model's rows), and the output
-    is still plain greedy's; with the suffix side's cap at k, no proposal passes k."""
+def test_the_suffix_side_drafts_past_the_models_k_when_the_spec_says_so_and_stays_exact(target, tree):
+    """k = 2: with +suffix:12 a long match lets the suffix side draft up to 12 deep (never the model's rows),
+    and the output is still plain greedy's; with +suffix no proposal passes k."""
     from exact_default import assert_exact
     from specviz.measure.correctness import compare
 
@@ -95,11 +95,22 @@ def test_the_suffix_side_drafts_past_the_models_k_and_stays_exact(target, tree):
     reference = decoder_for_ids(target, None, ids, 0, 40)
     for _ in reference.steps():
         pass
-    for depth, longest in ((HYBRID_SUFFIX_DEPTH, lambda n: 2 < n <= HYBRID_SUFFIX_DEPTH), (0, lambda n: n <= 2)):
-        draft = make_proposer(f"{DEFAULT_DRAFT_DIR}+suffix", target)
-        draft.suffix_depth = depth
+    for spec, longest in (("+suffix:12", lambda n: 2 < n <= 12), ("+suffix", lambda n: n <= 2)):
+        draft = make_proposer(f"{DEFAULT_DRAFT_DIR}{spec}", target)
         dec = decoder_for_ids(target, draft, ids, 2, 40, tree=tree)
         drafted = [(s.rows[0].drafted, draft.use_suffix[0]) for s in dec.steps()]
         assert longest(max(n for n, _ in drafted)), drafted
         assert all(n <= 2 for n, by_suffix in drafted if not by_suffix)  # the model drafts k
         assert_exact(compare(target, ids, [dec.rows[0].output], [reference.rows[0].output]))
+
+
+def test_the_suffix_sides_depth_is_a_whole_number_from_1_to_64_and_the_context_leaves_room_for_it():
+    from specviz.bounds import draft_reach
+
+    assert check_draft("default+suffix:12", "--draft") is None
+    for bad in ("default+suffix:0", "default+suffix:65", "default+suffix:x", "default+suffix:"):
+        with pytest.raises(SpecvizError, match="MODEL\\+suffix:D wants the suffix side's depth D from 1 to 64"):
+            check_draft(bad, "--draft")
+    assert draft_reach("default+suffix:12", 4) == 12 and draft_reach("default+suffix:12", 16) == 16
+    assert draft_reach("default+suffix", 4) == 4 and draft_reach("suffix", 4) == 4
+    assert draft_reach("default+suffix:12", 0) == 0  # a regular run drafts nothing
