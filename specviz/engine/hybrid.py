@@ -9,18 +9,18 @@ Per row and step, the draft with the higher expected accepted length drafts:
           toward the run's pooled rate at j by PRIOR_STEPS pseudo-steps; the pooled rate starts at
           PRIOR_ALPHA the same way. A row that always takes the suffix draft keeps its last estimate.
 A short match scores low (a match of L tokens drafts at most L deep), so a fresh prompt drafts with the
-model; a long, frequent match scores high and beats a model that accepts less.
+model; a long, frequent match scores high and beats a model that accepts less. Arctic Inference's
+hybrid chooses between its suffix trees and its model speculator per step in the same spirit (it
+compares the suffix score with the model's speculation length; here the model's expected accepted
+length stands in, which its running acceptance gives).
 
 Depth: the model drafts k tokens, and so does the suffix side (still at most L), unless the spec names
 its own depth: ``MODEL+suffix:D`` lets it draft up to max(k, D) deep, so a row copying a long stretch
 verifies more of it in one step while the model's draft still costs k forwards (the engine asks
 ``deepest(k)`` for the verify's width; SuffixDecoding and Arctic Inference bound the speculation by the
 match length, not by a fixed k). Off by default: on this project's 2-core AMD EPYC, where a verified token
-costs time, D = 12 at k = 4 was slower than D = k on every predictable set (BENCHMARKS.md, "The hybrid's
-suffix side past k"); it is for hardware where a wider verify costs about what a narrow one does. Arctic Inference's
-hybrid chooses between its suffix trees and its model speculator per step in the same spirit (it
-compares the suffix score with the model's speculation length; here the model's expected accepted
-length stands in, which its running acceptance gives).
+costs time, D = 12 at k = 4 was slower than D = k on every predictable set at B = 1 and level or slower
+at B = 8 (BENCHMARKS.md, "The hybrid's suffix side past k"); it is for hardware where a wider verify costs about what a narrow one does.
 
 Cost: the model draft runs only when some row chooses it; a step where every row takes the suffix draft
 runs no model forward. When it runs, it drafts for every row (its cache is one batch), and a row that
@@ -151,7 +151,7 @@ class HybridDraft:
                              "draft reads the target's features, which this hybrid does not pass on")
         self.model, self.suffix, self.merge = model, suffix, merge
         self.suffix_depth = suffix_depth  # the suffix side's own cap on its depth (0: the step's k)
-        self.name = f"{model.name}+suffix"
+        self.name = f"{model.name}+suffix" + (f":{suffix_depth}" if suffix_depth else "")
         self.device = suffix.device
         self.rows: list[Acceptance] = []  # per row: the model draft's acceptance by position
         self.pooled = Acceptance()  # every row's, this run
