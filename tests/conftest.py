@@ -59,6 +59,13 @@ def signal_handlers_restored():
         signal.signal(s, handler)
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, hand out the files in the order below: by default it reorders them by how many tests
+    each holds, which sends the long one-test files (app memory, the browser's first calibration) last."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items):
     """Files with a test marked ``slow`` run first (a stable sort: otherwise the order is pytest's), so that under
     pytest-xdist (the README's ``-n 2 --dist loadfile``) the long files start first and the workers end together
