@@ -16,7 +16,7 @@ import torch
 
 from specviz.engine.policies import COST_AWARE, UNCALIBRATED, make_policy
 from specviz.models.distilled import get_distilled_draft, is_distilled_draft
-from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft
+from specviz.engine.proposers import FeatureDraft, ModelDraft, NgramDraft, reach
 from specviz.engine.suffix import SuffixDraft
 from specviz.engine.hybrid import SUFFIX_FACTOR, HybridDraft
 from specviz.engine.decoder import SpecDecoder
@@ -182,8 +182,8 @@ def make_decoder(cfg: RunConfig, target, proposer, accept_fn=None) -> SpecDecode
     ids = encode_prompts(target.tokenizer, prompts, cfg.raw_prompt)
     k = cfg.draft_length if proposer is not None else 0
     # the CLI checks this before loading (specviz.checks); here for the app, a hub id, a .gguf
-    check_fits([len(x) for x in ids], cfg.max_new_tokens, proposer.deepest(k) if hasattr(proposer, "deepest") else k,
-               context_length(getattr(target.model, "config", None)), target.name)
+    context = context_length(getattr(target.model, "config", None))
+    check_fits([len(x) for x in ids], cfg.max_new_tokens, reach(proposer, k), context, target.name)
     cargs = dict(cfg.policy_args)
     policy_name = cfg.policy if proposer is not None else "fixed"
     if getattr(proposer, "kind", None) == "suffix":

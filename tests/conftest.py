@@ -59,6 +59,15 @@ def signal_handlers_restored():
         signal.signal(s, handler)
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt in this test, whatever the runner set (a worker may ignore it);
+    signal_handlers_restored puts the runner's handler back after it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_configure(config):
     """Under pytest-xdist, hand out the files in the order below: by default it reorders them by how many tests
     each holds, which sends the long one-test files (app memory, the browser's first calibration) last."""

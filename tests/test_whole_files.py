@@ -112,14 +112,6 @@ def test_written_files_get_the_umasks_permissions_not_a_private_temp_files(tmp_p
     assert path.stat().st_mode & 0o777 == 0o644
 
 
-@pytest.fixture
-def ctrl_c_raises():
-    """SIGINT raises KeyboardInterrupt here, whatever the test runner set (a worker may ignore it)."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, old)
-
-
 def test_a_ctrl_c_inside_deferred_signals_acts_as_the_block_ends_with_torch_threads_running(ctrl_c_raises):
     torch.ones(256, 256) @ torch.ones(256, 256)  # torch's worker threads exist: one could take the signal
     done = []

@@ -20,8 +20,8 @@ verifies more of it in one step while the model's draft still costs k forwards (
 ``deepest(k)`` for the verify's width; SuffixDecoding and Arctic Inference bound the speculation by the
 match length, not by a fixed k). Off by default: on this project's 2-core AMD EPYC, where a verified token
 costs time, D = 12 at k = 4 was slower than D = k on every predictable set at B = 1 and level or slower
-at B = 8 (BENCHMARKS.md, "The hybrid's suffix side past k"); it is for hardware where a wider verify costs about what a narrow one does (not yet
-measured on such hardware).
+at B = 8 (BENCHMARKS.md, "The hybrid's suffix side past k"); it is for hardware where a wider verify
+costs about what a narrow one does (not yet measured on such hardware).
 
 Cost: the model draft runs only when some row chooses it; a step where every row takes the suffix draft
 runs no model forward. When it runs, it drafts for every row (its cache is one batch), and a row that

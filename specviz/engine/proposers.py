@@ -40,12 +40,18 @@ class Proposal:
     counts: list[int] | None = None  # every n_b when known on the host and ragged (the verify skips holes), else None
 
 
+def reach(proposer, k: int) -> int:
+    """The deepest proposal ``proposer`` may make at draft length k: its ``deepest(k)`` where it has one
+    (the hybrid), else k (also for no draft). The verify's width and the context's room follow it."""
+    deepest = getattr(proposer, "deepest", None)
+    return deepest(k) if deepest is not None and k else k
+
+
 @runtime_checkable
 class Proposer(Protocol):
     """What the engine calls on a draft (specviz.engine.step and decoder), the same for every
     kind: the engine passes ``features`` to every draft, None unless the draft ``wants_features``.
-    A proposal is at most k deep, unless the draft has ``deepest(k)``, the depth it may reach instead
-    (the hybrid's suffix side drafts past the model's k)."""
+    A proposal is at most :func:`reach` deep: k, or the draft's own ``deepest(k)`` (the hybrid's)."""
 
     kind: ClassVar[str]  # "model", "feature", "ngram", "suffix", "hybrid"
     name: str  # what traces and pages call it

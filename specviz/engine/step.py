@@ -37,6 +37,7 @@ import torch
 
 from specviz.engine import streams
 from specviz.engine.kernels import get_accept_tree_fn
+from specviz.engine.proposers import reach
 from specviz.engine.sampling import accept_synthetic
 from specviz.engine.transfer import host_tensor
 from specviz.engine.tree import TokenTree, accept_tree, ancestor_mask
@@ -170,8 +171,7 @@ class StepParts:
         return self._draft_line(dec, k)
 
     def _draft_line(self, dec, k: int) -> Drafts:
-        deepest = getattr(dec.proposer, "deepest", None)  # a draft that may propose past k says how far (the hybrid)
-        W = deepest(k) if deepest is not None and k else k
+        W = reach(dec.proposer, k)  # a draft may propose past k (the hybrid's suffix side)
         u = streams.row_uniforms(dec.active, k + W + 1, dec.device)  # [B, k + W + 1] per-row streams
         u_draft, u_verify = u[:, :k], u[:, k:]  # [B, k] the draft's, [B, W + 1] the verify's
         B = len(dec.active)

@@ -169,14 +169,6 @@ def test_an_exception_while_writing_leaves_the_folder_as_it_was(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["draft"] and (dest / "a").read_text() == "old"
 
 
-@pytest.fixture
-def ctrl_c_raises():
-    """SIGINT raises KeyboardInterrupt here, whatever the test runner set (a worker may ignore it)."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, old)
-
-
 def _ctrl_c_inside(fn):
     """``fn`` that sends this process a Ctrl-C as it starts, the first time it is called."""
     sent = []
